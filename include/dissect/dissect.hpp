@@ -1,0 +1,12 @@
+// dissect/dissect.hpp — the umbrella header: everything the library offers, in one include.
+//
+// Prefer the single headers in your own code (dissect/linear.hpp, dissect/count.hpp, …) to keep
+// compile times down; this one is for examples, notebooks and quick experiments.
+#pragma once
+
+#include "dissect/error.hpp"
+#include "dissect/init.hpp"
+#include "dissect/kernels.hpp"
+#include "dissect/linear.hpp"
+#include "dissect/shape.hpp"
+#include "dissect/tensor.hpp"

@@ -1,0 +1,187 @@
+// dissect/init.hpp — a seeded generator and the weight-initialisation schemes.
+//
+// The generator (SplitMix64) is defined bit for bit, and so is every sample drawn from it:
+// uniforms are built with std::fma and normals with a portable logarithm, because
+// std::normal_distribution and std::log are implementation-defined. The same seed gives the
+// same weights on every platform and compiler. The schemes follow PyTorch's names and bounds.
+#pragma once
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <type_traits>
+
+#include "dissect/detail/portable_math.hpp"
+#include "dissect/tensor.hpp"
+
+namespace dissect {
+
+// ---- declarations -------------------------------------------------------------------------------
+
+/// SplitMix64 (Steele, Lea, Flood 2014): a 64-bit counter passed through a bijective mixer.
+class Generator {
+ public:
+  explicit Generator(std::uint64_t seed) : state_(seed) {}
+  std::uint64_t next_u64();
+  /// Uniform on [0, 1) with 53 random bits.
+  double uniform();
+  /// Uniform on [low, high).
+  double uniform(double low, double high);
+  /// Standard normal (Marsaglia's polar method).
+  double normal();
+
+ private:
+  std::uint64_t state_;
+  std::optional<double> spare_normal_;
+};
+
+/// How a Linear layer's parameters start. W is [out, in]; fan_in = in, fan_out = out.
+enum class InitScheme {
+  pytorch_default,  ///< nn.Linear's reset_parameters: W and b ~ U(−1/√in, 1/√in)
+  kaiming_normal,   ///< the seed article: W = randn · √(2/in), b = 0 (He et al. 2015, for ReLU)
+  kaiming_uniform,  ///< W ~ U(−√(6/in), √(6/in)), b = 0 (gain √2, a = 0)
+  xavier_uniform,   ///< W ~ U(−√(6/(in+out)), √(6/(in+out))), b = 0 (Glorot & Bengio 2010)
+  xavier_normal,    ///< W ~ N(0, 2/(in+out)), b = 0
+  zeros,            ///< W = 0, b = 0
+};
+
+const char* to_string(InitScheme scheme);
+
+/// Fills `weight` [out, in] (and `bias` [out] if given) by `scheme`. A zero fan gives a zero
+/// bound or deviation, never a division by zero.
+template <class Scalar>
+void init_linear(Tensor<Scalar, 2>& weight, std::type_identity_t<Tensor<Scalar, 1>>* bias,
+                 InitScheme scheme, Generator& generator);
+
+template <class Scalar, std::size_t Rank>
+void fill_uniform(Tensor<Scalar, Rank>& tensor, double low, double high, Generator& generator);
+template <class Scalar, std::size_t Rank>
+void fill_normal(Tensor<Scalar, Rank>& tensor, double mean, double stddev, Generator& generator);
+
+/// Resets the sequence of seeds handed to layers built without an explicit seed, like
+/// torch.manual_seed: the same program then builds the same layers.
+void manual_seed(std::uint64_t seed);
+/// The next seed of that sequence (thread-safe).
+std::uint64_t next_default_seed();
+
+// ---- implementation -----------------------------------------------------------------------------
+
+inline std::uint64_t Generator::next_u64() {
+  std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+inline double Generator::uniform() {
+  return static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+}
+
+inline double Generator::uniform(double low, double high) {
+  // fma, not low + (high − low)·u: compilers may or may not contract that, changing the bits.
+  return std::fma(high - low, uniform(), low);
+}
+
+inline double Generator::normal() {
+  if (spare_normal_) return *std::exchange(spare_normal_, std::nullopt);
+  double u = 0, v = 0, s = 0;
+  do {
+    u = uniform(-1.0, 1.0);
+    v = uniform(-1.0, 1.0);
+    s = std::fma(u, u, v * v);
+  } while (s >= 1.0 || s == 0.0);
+  const double factor = std::sqrt(-2.0 * detail::portable_log(s) / s);
+  spare_normal_ = v * factor;
+  return u * factor;
+}
+
+inline const char* to_string(InitScheme scheme) {
+  switch (scheme) {
+    case InitScheme::pytorch_default:
+      return "pytorch_default";
+    case InitScheme::kaiming_normal:
+      return "kaiming_normal";
+    case InitScheme::kaiming_uniform:
+      return "kaiming_uniform";
+    case InitScheme::xavier_uniform:
+      return "xavier_uniform";
+    case InitScheme::xavier_normal:
+      return "xavier_normal";
+    case InitScheme::zeros:
+      return "zeros";
+  }
+  return "unknown";
+}
+
+template <class Scalar, std::size_t Rank>
+void fill_uniform(Tensor<Scalar, Rank>& tensor, double low, double high, Generator& generator) {
+  for (Scalar& value : tensor) value = static_cast<Scalar>(generator.uniform(low, high));
+}
+
+template <class Scalar, std::size_t Rank>
+void fill_normal(Tensor<Scalar, Rank>& tensor, double mean, double stddev, Generator& generator) {
+  for (Scalar& value : tensor)
+    value = static_cast<Scalar>(std::fma(stddev, generator.normal(), mean));
+}
+
+namespace detail {
+/// √(numerator / fan), or 0 for an empty fan: a layer with no inputs has nothing to scale.
+inline double scale_for_fan(double numerator, index_t fan) {
+  return fan > 0 ? std::sqrt(numerator / static_cast<double>(fan)) : 0.0;
+}
+}  // namespace detail
+
+template <class Scalar>
+void init_linear(Tensor<Scalar, 2>& weight, std::type_identity_t<Tensor<Scalar, 1>>* bias,
+                 InitScheme scheme, Generator& generator) {
+  const index_t fan_out = weight.dim(0);
+  const index_t fan_in = weight.dim(1);
+  if (bias) bias->fill(Scalar(0));
+  switch (scheme) {
+    case InitScheme::pytorch_default: {
+      // kaiming_uniform(a=√5) works out to bound 1/√in for W; the bias uses the same bound.
+      const double bound = detail::scale_for_fan(1.0, fan_in);
+      fill_uniform(weight, -bound, bound, generator);
+      if (bias) fill_uniform(*bias, -bound, bound, generator);
+      break;
+    }
+    case InitScheme::kaiming_normal:
+      fill_normal(weight, 0.0, detail::scale_for_fan(2.0, fan_in), generator);
+      break;
+    case InitScheme::kaiming_uniform: {
+      const double bound = detail::scale_for_fan(6.0, fan_in);
+      fill_uniform(weight, -bound, bound, generator);
+      break;
+    }
+    case InitScheme::xavier_uniform: {
+      const double bound = detail::scale_for_fan(6.0, fan_in + fan_out);
+      fill_uniform(weight, -bound, bound, generator);
+      break;
+    }
+    case InitScheme::xavier_normal:
+      fill_normal(weight, 0.0, detail::scale_for_fan(2.0, fan_in + fan_out), generator);
+      break;
+    case InitScheme::zeros:
+      weight.fill(Scalar(0));
+      break;
+  }
+}
+
+namespace detail {
+inline std::atomic<std::uint64_t>& default_seed_counter() {
+  static std::atomic<std::uint64_t> counter{0x5EED};
+  return counter;
+}
+}  // namespace detail
+
+inline void manual_seed(std::uint64_t seed) {
+  detail::default_seed_counter().store(seed);
+}
+
+inline std::uint64_t next_default_seed() {
+  // Consecutive counters are fine as seeds: SplitMix64's mixer decorrelates them.
+  return detail::default_seed_counter().fetch_add(1);
+}
+
+}  // namespace dissect
