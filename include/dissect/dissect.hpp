@@ -4,6 +4,9 @@
 // compile times down; this one is for examples, notebooks and quick experiments.
 #pragma once
 
+#include "dissect/budget.hpp"
+#include "dissect/config.hpp"
+#include "dissect/count.hpp"
 #include "dissect/error.hpp"
 #include "dissect/init.hpp"
 #include "dissect/kernels.hpp"

@@ -131,12 +131,8 @@ inline index_t checked_feature_count(index_t count, const char* name) {
   return count;
 }
 
-template <class Scalar, class XScalar>
-constexpr void require_same_scalar() {
-  static_assert(std::is_same_v<Scalar, XScalar>,
-                "dissect::Linear<Scalar>: the input tensor's scalar type must match the layer's "
-                "(convert float <-> double explicitly; there is no silent precision change)");
-}
+template <class>
+inline constexpr bool dependent_false = false;
 
 }  // namespace detail
 
@@ -267,11 +263,17 @@ std::optional<ConstVectorMap<Scalar>> Linear<Scalar>::bias_view() const {
 template <class Scalar>
 template <class XScalar, std::size_t Rank>
 Tensor<Scalar, Rank> Linear<Scalar>::forward(const Tensor<XScalar, Rank>& x) const {
-  detail::require_same_scalar<Scalar, XScalar>();
-  check_input("forward", x);
-  auto y = Tensor<Scalar, Rank>::uninitialized(output_shape(x.shape()));
-  linear_forward<Scalar>(x.matrix(), weight_.matrix(), bias_view(), y.matrix());
-  return y;
+  if constexpr (!std::is_same_v<Scalar, XScalar>) {
+    static_assert(detail::dependent_false<XScalar>,
+                  "dissect::Linear<Scalar>: the input tensor's scalar type must match the layer's "
+                  "(convert float <-> double explicitly; there is no silent precision change)");
+    return {};
+  } else {
+    check_input("forward", x);
+    auto y = Tensor<Scalar, Rank>::uninitialized(output_shape(x.shape()));
+    linear_forward<Scalar>(x.matrix(), weight_.matrix(), bias_view(), y.matrix());
+    return y;
+  }
 }
 
 template <class Scalar>
@@ -295,10 +297,16 @@ template <class Scalar>
 template <class XScalar, std::size_t Rank>
 Tensor<Scalar, Rank> Linear<Scalar>::backward(const Tensor<XScalar, Rank>& x,
                                               const Tensor<XScalar, Rank>& dy) {
-  detail::require_same_scalar<Scalar, XScalar>();
-  auto dx = Tensor<Scalar, Rank>::uninitialized(x.shape());
-  backward_into(x, dy, dx);
-  return dx;
+  if constexpr (!std::is_same_v<Scalar, XScalar>) {
+    static_assert(detail::dependent_false<XScalar>,
+                  "dissect::Linear<Scalar>: the input tensor's scalar type must match the layer's "
+                  "(convert float <-> double explicitly; there is no silent precision change)");
+    return {};
+  } else {
+    auto dx = Tensor<Scalar, Rank>::uninitialized(x.shape());
+    backward_into(x, dy, dx);
+    return dx;
+  }
 }
 
 template <class Scalar>
