@@ -1,0 +1,204 @@
+// dissect/config.hpp — a decoder-only transformer described by its shapes, and public presets.
+//
+// TransformerConfig holds exactly what the accounting needs: the sizes (D, L, H, H_kv, d_k, F,
+// V, context) and the style choices that change the parameter count (tied head, learned or
+// rotary positions, LayerNorm or RMSNorm, biases, plain or gated FFN). No values, no weights.
+// validate() is the one place that decides whether a configuration is possible.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "dissect/error.hpp"
+#include "dissect/shape.hpp"
+
+namespace dissect {
+
+/// Where token positions come from: a learned [context, D] table (GPT-2) or rotary embeddings,
+/// which have no parameters (LLaMA).
+enum class Positions { learned, rotary };
+
+/// LayerNorm has a weight and a bias per feature; RMSNorm only a weight.
+enum class Norm { layer_norm, rms_norm };
+
+/// mlp: D → F → D, two matrices. gated (SwiGLU): gate and up D → F, down F → D, three matrices.
+enum class Ffn { mlp, gated };
+
+/// The shapes and style of a decoder-only transformer. Defaults are GPT-2's style; sizes have
+/// no meaningful default and must be set.
+struct TransformerConfig {
+  index_t d_model = 0;                ///< D
+  index_t n_layers = 0;               ///< L
+  index_t n_heads = 0;                ///< H, query heads
+  std::optional<index_t> n_kv_heads;  ///< H_kv (grouped-query attention); unset → H
+  std::optional<index_t> head_dim;    ///< d_k; unset → D / H
+  index_t d_ff = 0;                   ///< F
+  index_t vocab = 0;                  ///< V
+  index_t context = 0;                ///< longest sequence; sizes a learned position table
+  bool tied_embeddings = true;        ///< output head shares the token embedding
+  Positions positions = Positions::learned;
+  Norm norm = Norm::layer_norm;
+  bool bias = true;  ///< biases on every linear layer (not the output head)
+  Ffn ffn = Ffn::mlp;
+
+  /// H_kv: n_kv_heads if set, else n_heads.
+  index_t kv_heads() const { return n_kv_heads.value_or(n_heads); }
+
+  /// d_k: head_dim if set, else D / H (exact once validate() has passed).
+  index_t head_size() const {
+    if (head_dim) return *head_dim;
+    return n_heads > 0 ? d_model / n_heads : 0;
+  }
+
+  /// Checks that the configuration can exist: every size > 0, D % H == 0 when d_k is derived,
+  /// H_kv dividing H.
+  /// @throws ConfigError naming the offending field and its value.
+  void validate() const;
+};
+
+/// A named configuration of a public model.
+struct Preset {
+  std::string_view name;         ///< what `budget --preset` accepts
+  std::string_view description;  ///< one line, with the published parameter count
+  TransformerConfig config;
+};
+
+/// Every preset, in the order `budget --list-presets` prints them.
+std::span<const Preset> presets();
+
+/// The preset called `name`.
+/// @throws ConfigError if there is none; the message lists the known names.
+const Preset& find_preset(std::string_view name);
+
+// ---- implementation -----------------------------------------------------------------------------
+
+namespace detail {
+
+inline void require_positive(index_t value, std::string_view field) {
+  if (value <= 0) {
+    throw ConfigError(concat("TransformerConfig: ", field, " must be > 0 (got ", value, ")"));
+  }
+}
+
+}  // namespace detail
+
+inline void TransformerConfig::validate() const {
+  detail::require_positive(d_model, "d_model");
+  detail::require_positive(n_layers, "n_layers");
+  detail::require_positive(n_heads, "n_heads");
+  if (n_kv_heads) detail::require_positive(*n_kv_heads, "n_kv_heads");
+  if (head_dim) detail::require_positive(*head_dim, "head_dim");
+  detail::require_positive(d_ff, "d_ff");
+  detail::require_positive(vocab, "vocab");
+  detail::require_positive(context, "context");
+  // An explicit head_dim may make H·d_k differ from D (Gemma does); only the derived one must
+  // divide evenly, or the heads would silently drop features.
+  if (!head_dim && d_model % n_heads != 0) {
+    throw ConfigError(detail::concat("TransformerConfig: d_model ", d_model,
+                                     " is not divisible by n_heads ", n_heads,
+                                     " (set head_dim explicitly if that is intended)"));
+  }
+  if (n_heads % kv_heads() != 0) {
+    throw ConfigError(detail::concat("TransformerConfig: n_kv_heads ", kv_heads(),
+                                     " does not divide n_heads ", n_heads,
+                                     " (each KV head must serve the same number of query heads)"));
+  }
+}
+
+namespace detail {
+
+// GPT-2 (Radford et al. 2019, "Language Models are Unsupervised Multitask Learners"): LayerNorm,
+// learned positions, biases, GELU MLP with F = 4D, head tied to the token embedding.
+inline TransformerConfig gpt2_style(index_t d_model, index_t n_layers, index_t n_heads) {
+  TransformerConfig config;
+  config.d_model = d_model;
+  config.n_layers = n_layers;
+  config.n_heads = n_heads;
+  config.d_ff = 4 * d_model;  // config.json "n_inner": null → 4 · n_embd
+  config.vocab = 50257;       // config.json "vocab_size"
+  config.context = 1024;      // config.json "n_positions"
+  return config;
+}
+
+// LLaMA (Touvron et al. 2023, arXiv:2302.13971, and Llama 2, arXiv:2307.09288): RMSNorm,
+// rotary positions, no biases, SwiGLU FFN, separate output head.
+inline TransformerConfig llama_style(index_t d_model, index_t n_layers, index_t n_heads,
+                                     index_t d_ff, index_t context) {
+  TransformerConfig config;
+  config.d_model = d_model;
+  config.n_layers = n_layers;
+  config.n_heads = n_heads;
+  config.d_ff = d_ff;
+  config.vocab = 32000;
+  config.context = context;
+  config.tied_embeddings = false;  // config.json "tie_word_embeddings": false
+  config.positions = Positions::rotary;
+  config.norm = Norm::rms_norm;
+  config.bias = false;
+  config.ffn = Ffn::gated;
+  return config;
+}
+
+inline TransformerConfig llama2_70b() {
+  // HF meta-llama/Llama-2-70b-hf config.json: hidden_size 8192, num_hidden_layers 80,
+  // num_attention_heads 64, num_key_value_heads 8, intermediate_size 28672,
+  // max_position_embeddings 4096.
+  TransformerConfig config = llama_style(8192, 80, 64, 28672, 4096);
+  config.n_kv_heads = 8;
+  return config;
+}
+
+inline TransformerConfig lesson_toy() {
+  // The lesson's exercise: D = 512, L = 6, V = 32000, where 12·D²·L + V·D = 35,258,368. H, F
+  // and the context are ours (d_k = 64, F = 4D). The style keeps the estimate honest: no
+  // biases, rotary positions, tied head, plain MLP — the exact count only adds the RMSNorm
+  // weights, (2L + 1)·D = 6,656.
+  TransformerConfig config;
+  config.d_model = 512;
+  config.n_layers = 6;
+  config.n_heads = 8;
+  config.d_ff = 2048;
+  config.vocab = 32000;
+  config.context = 1024;
+  config.positions = Positions::rotary;
+  config.norm = Norm::rms_norm;
+  config.bias = false;
+  return config;
+}
+
+}  // namespace detail
+
+inline std::span<const Preset> presets() {
+  static const std::array<Preset, 5> all{{
+      // HF gpt2 config.json: n_embd 768, n_layer 12, n_head 12.
+      {"gpt2-small", "GPT-2 small (HF gpt2), 124,439,808 parameters",
+       detail::gpt2_style(768, 12, 12)},
+      // HF gpt2-medium config.json: n_embd 1024, n_layer 24, n_head 16.
+      {"gpt2-medium", "GPT-2 medium (HF gpt2-medium), 354,823,168 parameters",
+       detail::gpt2_style(1024, 24, 16)},
+      // HF huggyllama/llama-7b config.json: hidden_size 4096, num_hidden_layers 32,
+      // num_attention_heads 32, intermediate_size 11008, max_position_embeddings 2048.
+      {"llama-7b", "LLaMA-7B (Touvron et al. 2023), 6,738,415,616 parameters",
+       detail::llama_style(4096, 32, 32, 11008, 2048)},
+      {"llama-2-70b", "Llama-2-70B, GQA with 8 KV heads, 68,976,648,192 parameters",
+       detail::llama2_70b()},
+      {"toy", "the lesson's exercise: D = 512, L = 6, V = 32000, 35,265,024 parameters",
+       detail::lesson_toy()},
+  }};
+  return all;
+}
+
+inline const Preset& find_preset(std::string_view name) {
+  for (const Preset& preset : presets()) {
+    if (preset.name == name) return preset;
+  }
+  std::string known;
+  for (const Preset& preset : presets())
+    known += (known.empty() ? "" : ", ") + std::string(preset.name);
+  throw ConfigError(detail::concat("preset: unknown name \"", name, "\" (known: ", known, ")"));
+}
+
+}  // namespace dissect

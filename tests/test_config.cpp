@@ -1,0 +1,186 @@
+// Tests for dissect/config.hpp: defaults that derive from other fields, validation naming the
+// field (reliability.md row 15), and the presets' fields against their published configs.
+#include "dissect/config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "support/tensor_testing.hpp"
+
+namespace dissect {
+namespace {
+
+TransformerConfig small_config() {
+  TransformerConfig config;
+  config.d_model = 64;
+  config.n_layers = 2;
+  config.n_heads = 4;
+  config.d_ff = 256;
+  config.vocab = 100;
+  config.context = 32;
+  return config;
+}
+
+TEST(Config, KvHeadsAndHeadSizeDeriveFromTheOtherFields) {
+  TransformerConfig config = small_config();
+  EXPECT_EQ(config.kv_heads(), 4);    // unset → H
+  EXPECT_EQ(config.head_size(), 16);  // unset → D / H = 64 / 4
+  config.n_kv_heads = 2;
+  config.head_dim = 32;
+  EXPECT_EQ(config.kv_heads(), 2);
+  EXPECT_EQ(config.head_size(), 32);
+  // The derived d_k follows D and H when they change, as `budget --preset … --d-model` needs.
+  config.head_dim.reset();
+  config.d_model = 128;
+  config.n_heads = 2;
+  EXPECT_EQ(config.head_size(), 64);
+}
+
+TEST(Config, DefaultStyleIsGpt2s) {
+  const TransformerConfig config;
+  EXPECT_TRUE(config.tied_embeddings);
+  EXPECT_EQ(config.positions, Positions::learned);
+  EXPECT_EQ(config.norm, Norm::layer_norm);
+  EXPECT_TRUE(config.bias);
+  EXPECT_EQ(config.ffn, Ffn::mlp);
+}
+
+TEST(Config, ValidConfigsPass) {
+  EXPECT_NO_THROW(small_config().validate());
+  TransformerConfig gqa = small_config();
+  gqa.n_kv_heads = 1;  // multi-query attention: one KV head serves all four
+  EXPECT_NO_THROW(gqa.validate());
+  // An explicit d_k may make H·d_k ≠ D (Gemma-7B: D = 3072, H = 16, d_k = 256).
+  TransformerConfig wide_heads = small_config();
+  wide_heads.d_model = 60;
+  wide_heads.head_dim = 32;
+  EXPECT_NO_THROW(wide_heads.validate());
+}
+
+TEST(Config, EverySizeAtOrBelowZeroIsAConfigErrorNamingTheField) {
+  struct Case {
+    const char* field;
+    void (*set)(TransformerConfig&, index_t);
+  };
+  const Case cases[] = {
+      {"d_model", [](TransformerConfig& c, index_t v) { c.d_model = v; }},
+      {"n_layers", [](TransformerConfig& c, index_t v) { c.n_layers = v; }},
+      {"n_heads", [](TransformerConfig& c, index_t v) { c.n_heads = v; }},
+      {"n_kv_heads", [](TransformerConfig& c, index_t v) { c.n_kv_heads = v; }},
+      {"head_dim", [](TransformerConfig& c, index_t v) { c.head_dim = v; }},
+      {"d_ff", [](TransformerConfig& c, index_t v) { c.d_ff = v; }},
+      {"vocab", [](TransformerConfig& c, index_t v) { c.vocab = v; }},
+      {"context", [](TransformerConfig& c, index_t v) { c.context = v; }},
+  };
+  for (const Case& field : cases) {
+    for (index_t value : {index_t{0}, index_t{-1}}) {
+      SCOPED_TRACE(std::string(field.field) + " = " + std::to_string(value));
+      TransformerConfig config = small_config();
+      field.set(config, value);
+      EXPECT_THROW_WITH(config.validate(), ConfigError,
+                        std::string(field.field) + " must be > 0 (got " + std::to_string(value));
+    }
+  }
+}
+
+TEST(Config, DModelNotDivisibleByHeadsIsAConfigError) {
+  TransformerConfig config = small_config();
+  config.d_model = 66;  // 66 % 4 = 2
+  EXPECT_THROW_WITH(config.validate(), ConfigError, "d_model 66 is not divisible by n_heads 4");
+}
+
+TEST(Config, KvHeadsMustDivideHeads) {
+  TransformerConfig config = small_config();
+  config.n_kv_heads = 3;  // 4 % 3 = 1: one KV head would serve a different number of queries
+  EXPECT_THROW_WITH(config.validate(), ConfigError, "n_kv_heads 3 does not divide n_heads 4");
+  config.n_kv_heads = 8;  // more KV heads than query heads
+  EXPECT_THROW_WITH(config.validate(), ConfigError, "n_kv_heads 8 does not divide n_heads 4");
+}
+
+TEST(Presets, AllAreValidAndUniquelyNamed) {
+  std::set<std::string_view> names;
+  for (const Preset& preset : presets()) {
+    SCOPED_TRACE(std::string(preset.name));
+    EXPECT_NO_THROW(preset.config.validate());
+    EXPECT_TRUE(names.insert(preset.name).second);
+    EXPECT_FALSE(preset.description.empty());
+    EXPECT_EQ(&find_preset(preset.name), &preset);
+  }
+  EXPECT_GE(names.size(), 5u);
+}
+
+TEST(Presets, UnknownNameListsTheKnownOnes) {
+  EXPECT_THROW_WITH(find_preset("gpt5"), ConfigError, "preset: unknown name \"gpt5\"");
+  EXPECT_THROW_WITH(find_preset("gpt5"), ConfigError, "gpt2-small, gpt2-medium, llama-7b");
+}
+
+TEST(Presets, Gpt2SmallMatchesHfConfig) {
+  const TransformerConfig& c = find_preset("gpt2-small").config;
+  EXPECT_EQ(c.d_model, 768);
+  EXPECT_EQ(c.n_layers, 12);
+  EXPECT_EQ(c.n_heads, 12);
+  EXPECT_EQ(c.kv_heads(), 12);
+  EXPECT_EQ(c.head_size(), 64);
+  EXPECT_EQ(c.d_ff, 3072);
+  EXPECT_EQ(c.vocab, 50257);
+  EXPECT_EQ(c.context, 1024);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_EQ(c.positions, Positions::learned);
+  EXPECT_EQ(c.norm, Norm::layer_norm);
+  EXPECT_TRUE(c.bias);
+  EXPECT_EQ(c.ffn, Ffn::mlp);
+  // head_dim stays derived, so overriding D and H re-derives it.
+  EXPECT_FALSE(c.head_dim.has_value());
+}
+
+TEST(Presets, Gpt2MediumIsGpt2SmallWiderAndDeeper) {
+  const TransformerConfig& c = find_preset("gpt2-medium").config;
+  EXPECT_EQ(c.d_model, 1024);
+  EXPECT_EQ(c.n_layers, 24);
+  EXPECT_EQ(c.n_heads, 16);
+  EXPECT_EQ(c.d_ff, 4096);
+  EXPECT_EQ(c.vocab, 50257);
+}
+
+TEST(Presets, Llama7bMatchesThePaper) {
+  const TransformerConfig& c = find_preset("llama-7b").config;
+  EXPECT_EQ(c.d_model, 4096);
+  EXPECT_EQ(c.n_layers, 32);
+  EXPECT_EQ(c.n_heads, 32);
+  EXPECT_EQ(c.kv_heads(), 32);
+  EXPECT_EQ(c.head_size(), 128);
+  EXPECT_EQ(c.d_ff, 11008);
+  EXPECT_EQ(c.vocab, 32000);
+  EXPECT_EQ(c.context, 2048);
+  EXPECT_FALSE(c.tied_embeddings);
+  EXPECT_EQ(c.positions, Positions::rotary);
+  EXPECT_EQ(c.norm, Norm::rms_norm);
+  EXPECT_FALSE(c.bias);
+  EXPECT_EQ(c.ffn, Ffn::gated);
+}
+
+TEST(Presets, Llama2_70bUsesGroupedQueryAttention) {
+  const TransformerConfig& c = find_preset("llama-2-70b").config;
+  EXPECT_EQ(c.d_model, 8192);
+  EXPECT_EQ(c.n_layers, 80);
+  EXPECT_EQ(c.n_heads, 64);
+  EXPECT_EQ(c.kv_heads(), 8);  // each KV head serves 8 query heads
+  EXPECT_EQ(c.head_size(), 128);
+  EXPECT_EQ(c.d_ff, 28672);
+  EXPECT_EQ(c.context, 4096);
+  EXPECT_EQ(c.ffn, Ffn::gated);
+}
+
+TEST(Presets, ToyIsTheLessonsExercise) {
+  const TransformerConfig& c = find_preset("toy").config;
+  EXPECT_EQ(c.d_model, 512);
+  EXPECT_EQ(c.n_layers, 6);
+  EXPECT_EQ(c.vocab, 32000);
+  EXPECT_EQ(c.d_ff, 4 * 512);  // D → 4D → D, as 12·D²·L assumes
+  EXPECT_FALSE(c.bias);
+}
+
+}  // namespace
+}  // namespace dissect
