@@ -1,0 +1,357 @@
+// Tests for the examples' SVG plot writer. The pictures themselves were checked by eye; these
+// pin down what a viewer would choke on (malformed XML, "nan" coordinates) and the arithmetic
+// behind the axes.
+#include "common/svg_plot.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using dissect::examples::Figure;
+using dissect::examples::histogram_counts;
+using dissect::examples::nice_ticks;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Enough of an XML checker for our own output: tags nest and close, attribute values are
+// quoted and free of '<', and every '&' starts a known entity. Returns "" or the first problem.
+std::string xml_problem(const std::string& doc) {
+  std::vector<std::string> open;
+  const auto entity_ok = [&](std::size_t i) {
+    for (const char* e : {"&amp;", "&lt;", "&gt;", "&quot;", "&apos;"}) {
+      if (doc.compare(i, std::char_traits<char>::length(e), e) == 0) return true;
+    }
+    return false;
+  };
+  std::size_t roots = 0;
+  for (std::size_t i = 0; i < doc.size();) {
+    if (doc[i] == '&' && !entity_ok(i)) return "bare & at " + std::to_string(i);
+    if (doc[i] == '>') return "bare > at " + std::to_string(i);
+    if (doc[i] != '<') {
+      ++i;
+      continue;
+    }
+    if (doc.compare(i, 2, "<?") == 0) {
+      const std::size_t end = doc.find("?>", i);
+      if (end == std::string::npos) return "unterminated <?";
+      i = end + 2;
+      continue;
+    }
+    const bool closing = doc[i + 1] == '/';
+    std::size_t j = i + (closing ? 2 : 1);
+    std::string name;
+    while (j < doc.size() && (std::isalnum(static_cast<unsigned char>(doc[j])) || doc[j] == '-'))
+      name += doc[j++];
+    if (name.empty()) return "tag without a name at " + std::to_string(i);
+    // Walk the attributes, honouring quotes, up to the end of the tag.
+    char quote = 0;
+    for (; j < doc.size(); ++j) {
+      const char c = doc[j];
+      if (quote) {
+        if (c == quote) quote = 0;
+        if (c == '<') return "< inside an attribute at " + std::to_string(j);
+        if (c == '&' && !entity_ok(j)) return "bare & in an attribute at " + std::to_string(j);
+      } else if (c == '"' || c == '\'') {
+        quote = c;
+      } else if (c == '>') {
+        break;
+      }
+    }
+    if (j >= doc.size()) return "unterminated tag " + name;
+    const bool self_closing = doc[j - 1] == '/';
+    if (closing) {
+      if (open.empty() || open.back() != name) return "</" + name + "> closes nothing";
+      open.pop_back();
+    } else if (!self_closing) {
+      if (open.empty()) ++roots;
+      open.push_back(name);
+    } else if (open.empty()) {
+      ++roots;
+    }
+    i = j + 1;
+  }
+  if (!open.empty()) return "<" + open.back() + "> never closed";
+  if (roots != 1) return std::to_string(roots) + " root elements";
+  return "";
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t i = text.find(what); i != std::string::npos; i = text.find(what, i + 1)) ++n;
+  return n;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<double> normal_samples(std::size_t n, double sigma, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> dist(0.0, sigma);
+  std::vector<double> out(n);
+  for (double& v : out) v = dist(rng);
+  return out;
+}
+
+Figure busy_figure() {
+  Figure fig(900, 360, 1, 3);
+  fig.title("三个面板 & <friends>");
+  const std::vector<double> xs = {0, 1, 2, 3}, ys = {1, 4, 9, 16};
+  fig.panel(0, 0).title("lines").xlabel("x").ylabel("y").line(xs, ys, {.label = "squares"});
+  const auto a = normal_samples(500, 1.0, 1), b = normal_samples(500, 2.0, 2);
+  fig.panel(0, 1).histogram({a, b}, 20, {{.label = "σ=1"}, {.label = "σ=2"}});
+  const std::vector<double> v = {3, -1, 2};
+  fig.panel(0, 2).bars({"alpha", "beta", "gamma"}, v, {.label = "score"});
+  return fig;
+}
+
+TEST(SvgPlot, OutputIsWellFormedXml) {
+  const std::string svg = busy_figure().svg();
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  EXPECT_EQ(count(svg, "<svg"), 1u);
+  EXPECT_EQ(count(svg, "</svg>"), 1u);
+  EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
+  EXPECT_EQ(count(svg, "<text"), count(svg, "</text>"));
+}
+
+TEST(SvgPlot, CheckerCatchesBrokenXml) {
+  EXPECT_NE(xml_problem("<svg><g></svg>"), "");
+  EXPECT_NE(xml_problem("<svg><text>a < b</text></svg>"), "");
+  EXPECT_NE(xml_problem("<svg><text>a & b</text></svg>"), "");
+  EXPECT_EQ(xml_problem("<svg><text>a &lt; b</text></svg>"), "");
+}
+
+TEST(SvgPlot, LegendLabelsArePresentAndEscaped) {
+  Figure fig;
+  const std::vector<double> xs = {0, 1}, ys = {0, 1};
+  fig.panel().line(xs, ys, {.label = "a<b & \"c\" 'd'"}).line(xs, ys, {.label = "训练损失"});
+  const std::string svg = fig.svg();
+  EXPECT_NE(svg.find(">a&lt;b &amp; &quot;c&quot; &apos;d&apos;</text>"), std::string::npos);
+  EXPECT_EQ(svg.find("a<b"), std::string::npos);
+  EXPECT_NE(svg.find(">训练损失</text>"), std::string::npos);
+  EXPECT_EQ(xml_problem(svg), "");
+
+  const std::string fig_svg = busy_figure().svg();
+  for (const char* label :
+       {">squares<", ">σ=1<", ">σ=2<", ">score<", "三个面板 &amp; &lt;friends&gt;"})
+    EXPECT_NE(fig_svg.find(label), std::string::npos) << label;
+}
+
+TEST(SvgPlot, DefaultColoursFollowTab10) {
+  Figure fig;
+  const std::vector<double> xs = {0, 1}, ys = {0, 1};
+  fig.panel().line(xs, ys).line(xs, ys, {.color = "black"}).line(xs, ys);
+  const std::string svg = fig.svg();
+  const auto first = svg.find("#1f77b4"), second = svg.find("#ff7f0e");
+  EXPECT_NE(first, std::string::npos);
+  EXPECT_NE(second, std::string::npos);
+  EXPECT_LT(first, second);
+  EXPECT_NE(svg.find("stroke=\"black\""), std::string::npos);
+}
+
+TEST(SvgPlot, MalformedUtf8AndControlCharactersAreSanitised) {
+  EXPECT_EQ(dissect::examples::detail::escape("a\xFF"
+                                              "b"),
+            "a\xEF\xBF\xBD"
+            "b");
+  EXPECT_EQ(dissect::examples::detail::escape("a\x01"
+                                              "b\tc"),
+            "ab\tc");
+  EXPECT_EQ(dissect::examples::detail::escape("\xE4\xB8"),
+            "\xEF\xBF\xBD\xEF\xBF\xBD");  // cut short
+  EXPECT_EQ(dissect::examples::detail::escape("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong
+  EXPECT_EQ(dissect::examples::detail::escape("中文 ok"), "中文 ok");
+}
+
+// Mantissa of a 1-2-5 step, or 0 if the step is not one.
+int mantissa(double step) {
+  const double m = step / std::pow(10.0, std::floor(std::log10(step) + 1e-9));
+  for (int c : {1, 2, 5, 10}) {
+    if (std::abs(m - c) < 1e-6 * c) return c == 10 ? 1 : c;
+  }
+  return 0;
+}
+
+TEST(NiceTicks, UseOneTwoFiveStepsThatCoverTheRange) {
+  const std::vector<std::pair<double, double>> ranges = {
+      {0, 1},         {-5, 5},        {-5.5, 5.5},     {0, 1000},       {-1234, -2.5},
+      {1e-9, 3e-9},   {1e-4, 1.7e-4}, {-1e-12, 1e-12}, {1e6, 5e7},      {0.1, 0.9},
+      {-0.003, 0.07}, {7, 7.3},       {1, 1 + 1e-9},   {-1e300, 1e300}, {42, 17}};
+  for (const auto& [lo, hi] : ranges) {
+    for (int target : {3, 5, 8}) {
+      SCOPED_TRACE(std::to_string(lo) + " .. " + std::to_string(hi) + " target " +
+                   std::to_string(target));
+      const auto t = nice_ticks(lo, hi, target);
+      const double a = std::min(lo, hi), b = std::max(lo, hi);
+      ASSERT_GE(t.values.size(), 2u);
+      EXPECT_LE(t.values.size(), static_cast<std::size_t>(2 * target + 2));
+      EXPECT_NE(mantissa(t.step), 0) << t.step;
+      const double eps = 1e-9 * t.step;
+      EXPECT_GE(t.values.front(), a - eps);
+      EXPECT_LE(t.values.back(), b + eps);
+      // Covering: no stretch of the range longer than one step goes without a tick.
+      EXPECT_LT(t.values.front() - a, t.step + eps);
+      EXPECT_LT(b - t.values.back(), t.step + eps);
+      for (std::size_t i = 1; i < t.values.size(); ++i)
+        EXPECT_NEAR(t.values[i] - t.values[i - 1], t.step, 1e-6 * t.step);
+      for (double v : t.values) {
+        const double k = v / t.step;
+        EXPECT_NEAR(k, std::round(k), 1e-6 * std::max(1.0, std::abs(k)));
+      }
+    }
+  }
+}
+
+TEST(NiceTicks, DegenerateRanges) {
+  for (double v : {0.0, 3.0, -2e-7, 1e9}) {
+    const auto t = nice_ticks(v, v);
+    EXPECT_GE(t.values.size(), 2u) << v;
+    EXPECT_LE(t.values.front(), v);
+    EXPECT_GE(t.values.back(), v);
+  }
+  const auto t = nice_ticks(kNaN, 1);
+  EXPECT_GE(t.values.size(), 2u);
+  for (double v : t.values) EXPECT_TRUE(std::isfinite(v));
+}
+
+TEST(NiceTicks, LabelsPrintDecimalsExactly) {
+  using dissect::examples::detail::format_tick;
+  const auto t = nice_ticks(0, 1, 10);
+  ASSERT_EQ(t.values.size(), 11u);
+  EXPECT_EQ(format_tick(t.values[3], t.step, 1), "0.3");
+  EXPECT_EQ(format_tick(-2.5, 0.5, 5),
+            "\xE2\x88\x92"
+            "2.5");  // U+2212 minus
+  EXPECT_EQ(format_tick(2e-6, 1e-6, 1e-5),
+            "2e\xE2\x88\x92"
+            "6");
+  EXPECT_EQ(format_tick(3e7, 1e7, 5e7), "3e7");
+  EXPECT_EQ(format_tick(1200, 200, 2000), "1200");
+}
+
+TEST(Histogram, CountsSumToTheSampleCount) {
+  const auto a = normal_samples(10000, 1.0, 7), b = normal_samples(3333, 4.0, 8);
+  for (int bins : {1, 7, 50}) {
+    const auto h = histogram_counts({a, b}, bins);
+    ASSERT_EQ(h.counts.size(), 2u);
+    EXPECT_EQ(h.counts[0].size(), static_cast<std::size_t>(bins));
+    EXPECT_EQ(std::accumulate(h.counts[0].begin(), h.counts[0].end(), std::size_t{0}), a.size());
+    EXPECT_EQ(std::accumulate(h.counts[1].begin(), h.counts[1].end(), std::size_t{0}), b.size());
+    EXPECT_LE(h.lo, *std::min_element(b.begin(), b.end()));
+    EXPECT_GE(h.hi, *std::max_element(b.begin(), b.end()));
+  }
+}
+
+TEST(Histogram, SkipsNonFiniteValuesAndHandlesConstants) {
+  const std::vector<double> s = {1, kNaN, 2, std::numeric_limits<double>::infinity(), 3};
+  const auto h = histogram_counts({s}, 4);
+  EXPECT_EQ(std::accumulate(h.counts[0].begin(), h.counts[0].end(), std::size_t{0}), 3u);
+  EXPECT_EQ(h.lo, 1);
+  EXPECT_EQ(h.hi, 3);
+
+  const std::vector<double> flat(10, 5.0);
+  const auto f = histogram_counts({flat}, 3);
+  EXPECT_LT(f.lo, 5);
+  EXPECT_GT(f.hi, 5);
+  EXPECT_EQ(std::accumulate(f.counts[0].begin(), f.counts[0].end(), std::size_t{0}), 10u);
+  EXPECT_THROW(histogram_counts({flat}, 0), std::invalid_argument);
+}
+
+TEST(SvgPlot, NonFiniteValuesNeverReachTheSvg) {
+  Figure fig(800, 300, 1, 2);
+  const std::vector<double> xs = {0, 1, 2, 3, 4, 5, 6};
+  const std::vector<double> ys = {1, 2, kNaN, 4, std::numeric_limits<double>::infinity(), 6, 7};
+  fig.panel(0, 0).line(xs, ys, {.label = "gappy"});
+  const std::vector<double> s = {kNaN, 1, 2, 2, 3, -std::numeric_limits<double>::infinity()};
+  fig.panel(0, 1).histogram({s}, 5, {{.label = "h"}});
+  const std::string svg = fig.svg();
+  EXPECT_EQ(lower(svg).find("nan"), std::string::npos);
+  EXPECT_EQ(lower(svg).find("inf"), std::string::npos);
+  EXPECT_EQ(xml_problem(svg), "");
+  // Three finite runs: {0,1}, {3}, {5,6}.
+  const auto path = svg.find("stroke-width=\"1.5\" stroke-linejoin");
+  ASSERT_NE(path, std::string::npos);
+  const auto d =
+      svg.substr(svg.find(" d=\"", path), svg.find("/>", path) - svg.find(" d=\"", path));
+  EXPECT_EQ(count(d, "M"), 3u);
+}
+
+TEST(SvgPlot, DegenerateSeriesStillDrawAxes) {
+  Figure fig(900, 300, 1, 3);
+  const std::vector<double> none;
+  const std::vector<double> xs = {0, 1, 2}, flat = {3, 3, 3}, all_nan = {kNaN, kNaN, kNaN};
+  fig.panel(0, 0).line(none, none, {.label = "empty"});
+  fig.panel(0, 1).line(xs, flat, {.label = "flat"});
+  fig.panel(0, 2).line(xs, all_nan, {.label = "nothing"});
+  const std::string svg = fig.svg();
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_EQ(lower(svg).find("nan"), std::string::npos);
+  EXPECT_EQ(count(svg, "<clipPath"), 3u);
+  EXPECT_NE(svg.find(">flat</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">3.0</text>"), std::string::npos);  // the flat value gets a tick label
+}
+
+TEST(SvgPlot, LineWithoutXsCountsFromZero) {
+  Figure fig;
+  const std::vector<double> loss = {2.0, 1.0, 0.5, 0.25, 0.2};
+  fig.panel().line(loss, {.label = "loss"});
+  const std::string svg = fig.svg();
+  EXPECT_NE(svg.find(">loss</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">4</text>"), std::string::npos);  // the last step is labelled
+  EXPECT_EQ(xml_problem(svg), "");
+}
+
+// Pixel position of the legend box: the only rect with rx in our output.
+std::pair<double, double> legend_xy(const std::string& svg) {
+  const auto at = svg.find("rx=\"3\"");
+  const auto start = svg.rfind("<rect", at);
+  const auto x = svg.find("x=\"", start) + 3, y = svg.find("y=\"", start) + 3;
+  return {std::stod(svg.substr(x)), std::stod(svg.substr(y))};
+}
+
+TEST(SvgPlot, LegendAvoidsTheData) {
+  // A rising line fills the top right and bottom left; the legend goes top left.
+  const std::vector<double> xs = {0, 1}, up = {0, 1}, down = {1, 0};
+  Figure rising(400, 300);
+  rising.panel().line(xs, up, {.label = "up"});
+  Figure falling(400, 300);
+  falling.panel().line(xs, down, {.label = "down"});
+  const auto [ux, uy] = legend_xy(rising.svg());
+  const auto [dx, dy] = legend_xy(falling.svg());
+  EXPECT_LT(ux, 200);  // left
+  EXPECT_GT(dx, 200);  // right
+  EXPECT_LT(uy, 100);  // both at the top
+  EXPECT_LT(dy, 100);
+}
+
+TEST(SvgPlot, BadArgumentsThrow) {
+  Figure fig(400, 300, 1, 2);
+  EXPECT_THROW(fig.panel(0, 2), std::out_of_range);
+  const std::vector<double> two = {1, 2}, three = {1, 2, 3};
+  EXPECT_THROW(fig.panel().line(two, three), std::invalid_argument);
+  EXPECT_THROW(fig.panel().bars({"a"}, two), std::invalid_argument);
+  EXPECT_THROW(fig.panel().ylim(0, kNaN), std::invalid_argument);
+  EXPECT_THROW(Figure(0, 100), std::invalid_argument);
+}
+
+TEST(SvgPlot, SaveNamesThePathItCannotWrite) {
+  const std::string path = "/nonexistent-directory-for-svg-test/out.svg";
+  try {
+    busy_figure().save(path);
+    FAIL() << "save should have thrown";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
