@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "dissect/detail/panelled_gemm.hpp"
 #include "dissect/tensor.hpp"
 
 namespace dissect {
@@ -45,38 +46,12 @@ void linear_backward_naive(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef
 
 // ---- implementation -----------------------------------------------------------------------------
 
-namespace detail {
-
-/// Widest block of output columns handed to one Eigen GEMM call. Single-threaded Eigen 3.4 runs
-/// 4–5× slower once a product has ≳ 10240 output columns at depth 4096 (see bench/README.md);
-/// panels of at most this many columns keep every shape on the fast path.
-inline constexpr index_t gemm_column_panel = 4096;
-
-/// dst = lhs·rhs, or dst += lhs·rhs when `accumulate`, one column panel at a time.
-template <class Dst, class Lhs, class Rhs>
-void panelled_product(Dst&& dst, const Lhs& lhs, const Rhs& rhs, bool accumulate) {
-  const index_t columns = dst.cols();
-  if (lhs.cols() == 0) {  // an empty reduction: the product is exactly zero
-    if (!accumulate) dst.setZero();
-    return;
-  }
-  for (index_t first = 0; first < columns; first += gemm_column_panel) {
-    const index_t width = std::min(gemm_column_panel, columns - first);
-    auto dst_panel = dst.middleCols(first, width);
-    if (accumulate) {
-      dst_panel.noalias() += lhs * rhs.middleCols(first, width);
-    } else {
-      dst_panel.noalias() = lhs * rhs.middleCols(first, width);
-    }
-  }
-}
-
-}  // namespace detail
-
 template <class Scalar>
 void linear_forward(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scalar>& weight,
                     std::optional<ConstVectorMap<Scalar>> bias, MatrixRef<Scalar> y) {
-  detail::panelled_product(y, x, weight.transpose(), /*accumulate=*/false);
+  // Few tokens: split the output features across threads; each reads its share of W once.
+  const int threads = detail::threads_for_product(x.rows(), weight.size());
+  detail::panelled_product(y, x, weight.transpose(), /*accumulate=*/false, threads);
   if (bias) y.rowwise() += bias->transpose();
 }
 
@@ -84,9 +59,14 @@ template <class Scalar>
 void linear_backward(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scalar>& weight,
                      const ConstMatrixRef<Scalar>& dy, MatrixRef<Scalar> dx,
                      MatrixRef<Scalar> dweight, std::optional<VectorMap<Scalar>> dbias) {
-  detail::panelled_product(dx, dy, weight, /*accumulate=*/false);             // dx = dy·W
-  detail::panelled_product(dweight, dy.transpose(), x, /*accumulate=*/true);  // dW += dyᵀ·x
-  if (dbias) *dbias += dy.colwise().sum().transpose();                        // db += Σ_m dy
+  const int threads = detail::threads_for_product(x.rows(), weight.size());
+  // dx = dy·W, split over dx's columns (in_features).
+  detail::panelled_product(dx, dy, weight, /*accumulate=*/false, threads);
+  // dW += dyᵀ·x, written as dWᵀ += xᵀ·dy so that the split falls on dW's rows (out_features)
+  // and each thread owns whole rows of the gradient.
+  auto dweight_transposed = dweight.transpose();
+  detail::panelled_product(dweight_transposed, x.transpose(), dy, /*accumulate=*/true, threads);
+  if (dbias) *dbias += dy.colwise().sum().transpose();  // db += Σ_m dy
 }
 
 template <class Scalar>

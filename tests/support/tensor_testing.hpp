@@ -13,10 +13,27 @@
 #include <string>
 #include <vector>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "dissect/kernels.hpp"
 #include "dissect/tensor.hpp"
 
 namespace dissect::testing {
+
+/// Runs a scope on one thread in OpenMP builds, where Eigen and dissect would otherwise pick
+/// thread counts (and with them, summation orders) of their own.
+class SingleThreadedScope {
+ public:
+#ifdef _OPENMP
+  SingleThreadedScope() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~SingleThreadedScope() { omp_set_num_threads(saved_); }
+
+ private:
+  int saved_;
+#endif
+};
 
 /// Unit roundoff u of a scalar type: 2⁻²⁴ for float, 2⁻⁵³ for double.
 template <class Scalar>
