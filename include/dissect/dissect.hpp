@@ -12,4 +12,5 @@
 #include "dissect/kernels.hpp"
 #include "dissect/linear.hpp"
 #include "dissect/shape.hpp"
+#include "dissect/shape_chain.hpp"
 #include "dissect/tensor.hpp"

@@ -1,0 +1,765 @@
+// dissect/shape_chain.hpp — named dimensions, and a chain that checks and records every shape.
+//
+// DimensionTable gives the lesson's letters (B, T, D, H, d_k, F, L, V) their sizes. ShapeChain
+// checks real shapes against symbolic ones ("B H T d_k") stage by stage, explains a mismatch in
+// those letters (which axes are swapped, or every reading that fits when sizes coincide), and
+// prints the lesson's §8 table with the FLOPs of each step. forward_shape_chain builds that table
+// for a whole TransformerConfig. Shapes and counts only: no tensor value is ever read.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstddef>
+#include <initializer_list>
+#include <ostream>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "dissect/config.hpp"
+#include "dissect/detail/checked.hpp"
+#include "dissect/error.hpp"
+#include "dissect/shape.hpp"
+
+namespace dissect {
+
+// ---- declarations -------------------------------------------------------------------------------
+
+/// A symbolic shape resolved against a DimensionTable: one symbol and one size per axis.
+struct SymbolicShape {
+  std::vector<std::string> symbols;  ///< per axis: "B", "d_k", or a product such as "H*d_k"
+  std::vector<index_t> sizes;        ///< per axis, from the table; every one > 0
+
+  std::size_t rank() const { return symbols.size(); }
+  std::string symbolic_text() const;  ///< "[B, H, T, d_k]"
+  std::string numeric_text() const;   ///< "[2, 2, 5, 4]"
+};
+
+/// Distinct symbols of one shape that share a size. A check on sizes cannot tell these axes
+/// apart: a tensor with them swapped passes it.
+struct AmbiguousAxes {
+  index_t size = 0;
+  std::vector<std::string> symbols;  ///< two or more, in the order their axes first appear
+
+  std::string describe() const;  ///< "H = T = 5"
+};
+
+/// Symbol → size, kept in the order the symbols were added (the order tables print them in).
+///
+/// A symbolic shape names one axis per item, separated by spaces or commas and optionally
+/// bracketed: "B H T d_k", "[B, H, T, d_k]". An item is a symbol, a positive integer, or a
+/// product of those joined by '*' ("H*d_k", "3*D").
+class DimensionTable {
+ public:
+  DimensionTable() = default;
+
+  /// The table {B=2, T=5, …}, in the order given.
+  /// @throws ShapeError for a symbol that is not an identifier, a repeated symbol or a size <= 0.
+  DimensionTable(std::initializer_list<std::pair<std::string_view, index_t>> entries);
+
+  /// Adds `symbol` = `size`. A symbol is a letter or '_' followed by letters, digits or '_'.
+  /// @throws ShapeError for a malformed or repeated symbol or a size <= 0 (table unchanged).
+  DimensionTable& add(std::string_view symbol, index_t size);
+
+  bool contains(std::string_view symbol) const;
+
+  /// The size of `symbol`. @throws ShapeError if the table has no such symbol.
+  index_t size_of(std::string_view symbol) const;
+
+  /// Every symbol whose size is `size`, in table order: what a bare number could stand for.
+  std::vector<std::string> symbols_of_size(index_t size) const;
+
+  const std::vector<std::pair<std::string, index_t>>& entries() const { return entries_; }
+
+  /// "B=2, T=5, D=8".
+  std::string to_string() const;
+
+  /// The axes of `symbolic` with their sizes.
+  /// @throws ShapeError for an empty or malformed shape, an unknown symbol, a factor <= 0, or a
+  ///         product that overflows int64.
+  SymbolicShape resolve(std::string_view symbolic) const;
+
+ private:
+  std::vector<std::pair<std::string, index_t>> entries_;
+};
+
+/// The groups of distinct symbols of `shape` that share a size (empty when a check on sizes
+/// sees every axis). Within [B, H, T, d_k] with H = T = 5 that is {5: H, T}.
+std::vector<AmbiguousAxes> ambiguous_axes(const SymbolicShape& shape);
+
+/// ambiguous_axes of `symbolic` resolved against `dims`.
+/// @throws ShapeError as DimensionTable::resolve.
+std::vector<AmbiguousAxes> ambiguous_axes(const DimensionTable& dims, std::string_view symbolic);
+
+/// What a step's FLOPs are: a product by a weight matrix (the "linear steps", whose FLOPs are
+/// 2 · weights · tokens), a product between activations inside attention, or anything else.
+enum class StepKind { other, linear, attention };
+
+/// The cost of one step: FLOPs of one pass of it, and whether it runs once in each of the L
+/// layers (the chain then multiplies by the table's L when it sums).
+struct StepCost {
+  index_t flops = 0;
+  bool per_layer = false;
+  StepKind kind = StepKind::other;
+};
+
+/// One recorded step of a chain.
+struct ChainStep {
+  std::string stage;      ///< "head split"
+  std::string operation;  ///< "reshape + transpose"
+  SymbolicShape shape;    ///< what the step produces
+  StepCost cost;
+  index_t total_flops = 0;                 ///< cost.flops, times L for a per-layer step
+  std::vector<AmbiguousAxes> blind_spots;  ///< ambiguous_axes(shape): swaps a check cannot see
+};
+
+/// A forward pass written down step by step: each step is checked against a real shape (expect)
+/// or recorded from its symbols alone (record), and the whole prints as a table.
+///
+/// Table conventions: the FLOPs column is one pass of the step, counting 2·M·N·K per matrix
+/// product; "×L" marks a step that runs in every layer, and the totals multiply it by L; "-"
+/// marks a lookup or elementwise step, whose work is not counted.
+class ShapeChain {
+ public:
+  explicit ShapeChain(DimensionTable dims) : dims_(std::move(dims)) {}
+
+  const DimensionTable& dims() const { return dims_; }
+
+  /// Checks that `actual` is `symbolic` under the table, then records the step.
+  /// A pass proves nothing about axes of equal size: the step's blind_spots name them.
+  /// The returned reference is valid until the next step is added.
+  /// @throws ShapeError naming the stage and printing the expected symbolic and numeric shapes
+  ///         and the actual one: which axes are swapped when `actual` holds the expected sizes in
+  ///         another order (every reading that fits, when equal sizes allow several); which axis
+  ///         differs otherwise; a rank mismatch; or anything DimensionTable::resolve rejects.
+  ///         Also as record. The chain is unchanged after a throw.
+  const ChainStep& expect(std::string_view stage, std::span<const index_t> actual,
+                          std::string_view symbolic, std::string_view operation = {},
+                          StepCost cost = {});
+
+  /// expect on `tensor.shape()`: a Tensor, or anything else whose shape() gives extents.
+  template <class TensorLike>
+  requires requires(const TensorLike& tensor) { std::span<const index_t>(tensor.shape()); }
+  const ChainStep& expect(std::string_view stage, const TensorLike& tensor,
+                          std::string_view symbolic, std::string_view operation = {},
+                          StepCost cost = {}) {
+    return expect(stage, std::span<const index_t>(tensor.shape()), symbolic, operation, cost);
+  }
+
+  /// Records a step from its symbols alone (no tensor at hand).
+  /// @throws ShapeError as DimensionTable::resolve; for a per-layer step without L in the table;
+  ///         for FLOPs that overflow int64. @throws Error for negative FLOPs. Chain unchanged.
+  const ChainStep& record(std::string_view stage, std::string_view symbolic,
+                          std::string_view operation = {}, StepCost cost = {});
+
+  /// A line printed under the table.
+  void add_note(std::string note) { notes_.push_back(std::move(note)); }
+
+  const std::vector<ChainStep>& steps() const { return steps_; }
+  const std::vector<std::string>& notes() const { return notes_; }
+
+  /// Σ total_flops over the steps (per-layer steps count L times).
+  index_t total_flops() const { return total_flops_; }
+
+  /// Σ total_flops over the steps of one kind.
+  index_t flops_of(StepKind kind) const;
+
+  /// The chain as a table: dimensions, one row per step, totals, blind spots, notes.
+  std::string table() const;
+
+ private:
+  const ChainStep& push(std::string_view stage, std::string_view operation, SymbolicShape shape,
+                        StepCost cost, std::string_view context);
+
+  DimensionTable dims_;
+  std::vector<ChainStep> steps_;
+  std::vector<std::string> notes_;
+  index_t total_flops_ = 0;
+};
+
+/// Prints chain.table().
+std::ostream& operator<<(std::ostream& out, const ShapeChain& chain);
+
+/// The forward pass of `config` on `batch` sequences of `tokens` tokens, as the lesson's §8
+/// table: token ids, embedding, QKV projection, head split, scores, softmax, weighted sum, head
+/// merge + W_O, FFN (steps 3–9 per layer, "×L"), logits, sampling.
+///
+/// FLOPs count only matrix products. The linear steps (QKV, W_O, FFN, logits) sum to exactly
+/// 2 · W · B·T, where W counts the weight matrices of the linear layers: the per-layer W_Q, W_K,
+/// W_V, W_O and FFN matrices times L, plus the V·D head even when it is tied to the embedding.
+/// Biases and norm weights are not in W (they add O(parameters) work, not 2·W·B·T) and neither
+/// are the embeddings (lookups). The attention steps add 2 · 2·B·H·T²·d_k per layer: the full
+/// T×T products, as a dense kernel computes them, without exploiting the causal mask.
+/// @throws ConfigError if the config is invalid, batch or tokens is <= 0, tokens exceeds the
+///         context of a learned position table, or a FLOP count overflows int64.
+ShapeChain forward_shape_chain(const TransformerConfig& config, index_t batch, index_t tokens);
+
+// ---- implementation: helpers --------------------------------------------------------------------
+
+namespace detail::chain {
+
+/// Columns a UTF-8 string takes in a terminal, assuming one per code point: enough for the
+/// "·", "ᵀ", "√", "→" and "×" the tables use.
+inline std::size_t display_width(std::string_view text) {
+  return static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
+}
+
+inline std::string pad_right(std::string text, std::size_t width) {
+  const std::size_t used = display_width(text);
+  if (used < width) text.append(width - used, ' ');
+  return text;
+}
+
+inline std::string pad_left(const std::string& text, std::size_t width) {
+  const std::size_t used = display_width(text);
+  return used < width ? std::string(width - used, ' ') + text : text;
+}
+
+/// "1,073,741,824": FLOP counts are exact integers, and grouping keeps them readable.
+inline std::string grouped(index_t value) {
+  const std::string digits = std::to_string(value);
+  const std::size_t sign = value < 0 ? 1 : 0;
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > sign && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+template <class Item>
+std::string bracketed(std::span<const Item> items) {
+  std::ostringstream out;
+  out << '[';
+  for (std::size_t i = 0; i < items.size(); ++i) out << (i ? ", " : "") << items[i];
+  out << ']';
+  return out.str();
+}
+
+inline std::string listed(const std::vector<std::string>& items, std::string_view separator) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i) out += separator;
+    out += items[i];
+  }
+  return out;
+}
+
+inline bool is_identifier(std::string_view text) {
+  auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (text.empty() || !letter(text.front())) return false;
+  return std::all_of(text.begin(), text.end(), [&](char c) { return letter(c) || digit(c); });
+}
+
+inline bool is_number(std::string_view text) {
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+/// The items of a symbolic shape: brackets dropped, split at spaces and commas.
+inline std::vector<std::string_view> split_axes(std::string_view symbolic) {
+  std::vector<std::string_view> items;
+  std::size_t start = 0;
+  auto separator = [](char c) { return c == ' ' || c == ',' || c == '\t' || c == '[' || c == ']'; };
+  for (std::size_t i = 0; i <= symbolic.size(); ++i) {
+    if (i == symbolic.size() || separator(symbolic[i])) {
+      if (i > start) items.push_back(symbolic.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return items;
+}
+
+inline SymbolicShape resolve(const DimensionTable& dims, std::string_view symbolic,
+                             std::string_view context) {
+  const std::vector<std::string_view> items = split_axes(symbolic);
+  if (items.empty()) {
+    throw ShapeError(concat(context, ": empty symbolic shape \"", symbolic, "\""));
+  }
+  SymbolicShape shape;
+  for (std::string_view item : items) {
+    index_t size = 1;
+    std::size_t start = 0;
+    for (std::size_t i = 0; i <= item.size(); ++i) {
+      if (i < item.size() && item[i] != '*') continue;
+      const std::string_view factor = item.substr(start, i - start);
+      start = i + 1;
+      index_t value = 0;
+      if (is_identifier(factor)) {
+        if (!dims.contains(factor)) {
+          throw ShapeError(concat(context, ": unknown dimension symbol \"", factor, "\" in \"",
+                                  symbolic, "\" (the table has ", dims.to_string(), ")"));
+        }
+        value = dims.size_of(factor);
+      } else if (is_number(factor)) {
+        const auto [end, error] =
+            std::from_chars(factor.data(), factor.data() + factor.size(), value);
+        if (error != std::errc{} || end != factor.data() + factor.size() || value <= 0) {
+          throw ShapeError(concat(context, ": factor ", factor, " in \"", symbolic,
+                                  "\" must be a positive integer that fits int64"));
+        }
+      } else {
+        throw ShapeError(concat(context, ": \"", item, "\" in \"", symbolic,
+                                "\" is not a dimension: use a symbol (a letter or '_', then "
+                                "letters, digits or '_'), a positive integer, or a product of "
+                                "those joined by '*'"));
+      }
+      size = checked_mul(size, value, concat(context, ": size of \"", item, "\""));
+    }
+    shape.symbols.emplace_back(item);
+    shape.sizes.push_back(size);
+  }
+  return shape;
+}
+
+/// One way to read an actual shape as a reordering of the expected axes.
+struct Reading {
+  std::vector<std::string> symbols;  ///< the symbol each actual axis would carry
+  std::vector<std::size_t> moved;    ///< axes whose symbol differs from the expected one
+};
+
+/// Every distinct assignment of expected axes to actual axes with equal sizes, up to `limit`.
+/// Called only when the two shapes hold the same multiset of sizes, so every partial assignment
+/// completes and the search costs no more than what it finds.
+inline void find_readings(const SymbolicShape& expected, std::span<const index_t> actual,
+                          std::vector<bool>& used, std::vector<std::size_t>& chosen,
+                          std::vector<Reading>& found, std::size_t limit) {
+  const std::size_t axis = chosen.size();
+  if (axis == actual.size()) {
+    Reading reading;
+    for (std::size_t i = 0; i < chosen.size(); ++i) {
+      reading.symbols.push_back(expected.symbols[chosen[i]]);
+      if (reading.symbols.back() != expected.symbols[i]) reading.moved.push_back(i);
+    }
+    found.push_back(std::move(reading));
+    return;
+  }
+  for (std::size_t j = 0; j < expected.rank() && found.size() < limit; ++j) {
+    if (used[j] || expected.sizes[j] != actual[axis]) continue;
+    // Axes that carry the same symbol (the two T of [B, H, T, T]) are interchangeable; trying
+    // only the first unused one yields each reading once.
+    bool repeat = false;
+    for (std::size_t k = 0; k < j && !repeat; ++k) {
+      repeat = !used[k] && expected.symbols[k] == expected.symbols[j];
+    }
+    if (repeat) continue;
+    used[j] = true;
+    chosen.push_back(j);
+    find_readings(expected, actual, used, chosen, found, limit);
+    chosen.pop_back();
+    used[j] = false;
+  }
+}
+
+/// "H and T swapped" or "B, H, T reordered"; with `full`, "H and T are swapped (axes 1 and 2)".
+inline std::string describe_moves(const SymbolicShape& expected, const Reading& reading,
+                                  bool full) {
+  std::vector<std::string> names;
+  std::vector<std::string> axes;
+  for (std::size_t axis : reading.moved) {
+    names.push_back(expected.symbols[axis]);
+    axes.push_back(std::to_string(axis));
+  }
+  const bool swap = reading.moved.size() == 2 &&
+                    reading.symbols[reading.moved[0]] == expected.symbols[reading.moved[1]] &&
+                    reading.symbols[reading.moved[1]] == expected.symbols[reading.moved[0]];
+  const std::string_view separator = swap ? " and " : ", ";
+  return concat(listed(names, separator), full ? " are " : " ", swap ? "swapped" : "reordered",
+                full ? concat(" (axes ", listed(axes, separator), ")") : std::string());
+}
+
+/// The explanation after "expected …, got …" for a same-rank mismatch.
+inline std::string explain_mismatch(const DimensionTable& dims, const SymbolicShape& expected,
+                                    std::span<const index_t> actual) {
+  const std::string actual_text = bracketed(actual);
+  std::vector<index_t> sorted_expected = expected.sizes;
+  std::vector<index_t> sorted_actual(actual.begin(), actual.end());
+  std::sort(sorted_expected.begin(), sorted_expected.end());
+  std::sort(sorted_actual.begin(), sorted_actual.end());
+
+  if (sorted_expected == sorted_actual) {
+    constexpr std::size_t limit = 64;
+    constexpr std::size_t shown = 6;
+    std::vector<bool> used(expected.rank(), false);
+    std::vector<std::size_t> chosen;
+    std::vector<Reading> found;
+    find_readings(expected, actual, used, chosen, found, limit);
+    // Fewest axes moved first: an order for reading the list, not a verdict.
+    std::stable_sort(found.begin(), found.end(), [](const Reading& a, const Reading& b) {
+      return a.moved.size() < b.moved.size();
+    });
+    if (found.size() == 1) {
+      return concat(", got ", bracketed(std::span<const std::string>(found.front().symbols)), " = ",
+                    actual_text, ": ", describe_moves(expected, found.front(), true));
+    }
+    std::vector<std::string> coincidences;
+    for (const AmbiguousAxes& group : ambiguous_axes(expected)) {
+      coincidences.push_back(group.describe());
+    }
+    std::vector<std::string> options;
+    for (std::size_t i = 0; i < found.size() && i < shown; ++i) {
+      options.push_back(concat(bracketed(std::span<const std::string>(found[i].symbols)), " (",
+                               describe_moves(expected, found[i], false), ")"));
+    }
+    const std::string count =
+        found.size() >= limit ? concat("at least ", limit) : std::to_string(found.size());
+    std::string more;
+    if (found.size() >= limit) {
+      more = " or more";
+    } else if (found.size() > shown) {
+      more = concat(" or ", found.size() - shown, " more");
+    }
+    return concat(", got ", actual_text, ", the expected sizes in another order; since ",
+                  listed(coincidences, " and "), ", ", count,
+                  " readings fit and sizes cannot tell which: ", listed(options, " or "), more);
+  }
+
+  std::vector<std::string> differences;
+  for (std::size_t axis = 0; axis < expected.rank(); ++axis) {
+    if (actual[axis] == expected.sizes[axis]) continue;
+    std::string difference = concat("axis ", axis, " is ", actual[axis], ", not ",
+                                    expected.symbols[axis], " = ", expected.sizes[axis]);
+    const std::vector<std::string> names = dims.symbols_of_size(actual[axis]);
+    if (!names.empty())
+      difference += concat(" (", actual[axis], " is ", listed(names, " or "), ")");
+    differences.push_back(std::move(difference));
+  }
+  return concat(", got ", actual_text, ": ", listed(differences, "; "));
+}
+
+/// Element count for a message, or -1 when it cannot be formed (negative extent, overflow).
+inline index_t count_or_negative(std::span<const index_t> extents) {
+  index_t count = 1;
+  for (index_t extent : extents) {
+    if (extent < 0 || __builtin_mul_overflow(count, extent, &count)) return -1;
+  }
+  return count;
+}
+
+}  // namespace detail::chain
+
+// ---- implementation: shapes and the table of dimensions -----------------------------------------
+
+inline std::string SymbolicShape::symbolic_text() const {
+  return detail::chain::bracketed(std::span<const std::string>(symbols));
+}
+
+inline std::string SymbolicShape::numeric_text() const {
+  return detail::chain::bracketed(std::span<const index_t>(sizes));
+}
+
+inline std::string AmbiguousAxes::describe() const {
+  return detail::concat(detail::chain::listed(symbols, " = "), " = ", size);
+}
+
+inline DimensionTable::DimensionTable(
+    std::initializer_list<std::pair<std::string_view, index_t>> entries) {
+  for (const auto& [symbol, size] : entries) add(symbol, size);
+}
+
+inline DimensionTable& DimensionTable::add(std::string_view symbol, index_t size) {
+  if (!detail::chain::is_identifier(symbol)) {
+    throw ShapeError(detail::concat("DimensionTable: \"", symbol,
+                                    "\" is not a symbol (a letter or '_', then letters, digits "
+                                    "or '_')"));
+  }
+  if (contains(symbol)) {
+    throw ShapeError(detail::concat("DimensionTable: ", symbol, " is listed twice (", symbol, "=",
+                                    size_of(symbol), ", then ", symbol, "=", size, ")"));
+  }
+  if (size <= 0) {
+    throw ShapeError(
+        detail::concat("DimensionTable: size of ", symbol, " must be > 0 (got ", size, ")"));
+  }
+  entries_.emplace_back(symbol, size);
+  return *this;
+}
+
+inline bool DimensionTable::contains(std::string_view symbol) const {
+  return std::any_of(entries_.begin(), entries_.end(),
+                     [&](const auto& entry) { return entry.first == symbol; });
+}
+
+inline index_t DimensionTable::size_of(std::string_view symbol) const {
+  for (const auto& [name, size] : entries_) {
+    if (name == symbol) return size;
+  }
+  throw ShapeError(detail::concat("DimensionTable: unknown dimension symbol \"", symbol,
+                                  "\" (the table has ", to_string(), ")"));
+}
+
+inline std::vector<std::string> DimensionTable::symbols_of_size(index_t size) const {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : entries_) {
+    if (value == size) names.push_back(name);
+  }
+  return names;
+}
+
+inline std::string DimensionTable::to_string() const {
+  std::string out;
+  for (const auto& [name, size] : entries_) {
+    out += detail::concat(out.empty() ? "" : ", ", name, "=", size);
+  }
+  return out.empty() ? "no symbols" : out;
+}
+
+inline SymbolicShape DimensionTable::resolve(std::string_view symbolic) const {
+  return detail::chain::resolve(*this, symbolic, "DimensionTable::resolve");
+}
+
+inline std::vector<AmbiguousAxes> ambiguous_axes(const SymbolicShape& shape) {
+  std::vector<AmbiguousAxes> groups;
+  for (std::size_t axis = 0; axis < shape.rank(); ++axis) {
+    const auto group = std::find_if(groups.begin(), groups.end(), [&](const AmbiguousAxes& g) {
+      return g.size == shape.sizes[axis];
+    });
+    if (group == groups.end()) {
+      groups.push_back({shape.sizes[axis], {shape.symbols[axis]}});
+    } else if (std::find(group->symbols.begin(), group->symbols.end(), shape.symbols[axis]) ==
+               group->symbols.end()) {
+      group->symbols.push_back(shape.symbols[axis]);
+    }
+  }
+  std::erase_if(groups, [](const AmbiguousAxes& g) { return g.symbols.size() < 2; });
+  return groups;
+}
+
+inline std::vector<AmbiguousAxes> ambiguous_axes(const DimensionTable& dims,
+                                                 std::string_view symbolic) {
+  return ambiguous_axes(detail::chain::resolve(dims, symbolic, "ambiguous_axes"));
+}
+
+// ---- implementation: ShapeChain -----------------------------------------------------------------
+
+inline const ChainStep& ShapeChain::expect(std::string_view stage, std::span<const index_t> actual,
+                                           std::string_view symbolic, std::string_view operation,
+                                           StepCost cost) {
+  const std::string context = detail::concat("ShapeChain::expect: stage \"", stage, "\"");
+  SymbolicShape expected = detail::chain::resolve(dims_, symbolic, context);
+  if (actual.size() != expected.rank()) {
+    std::string same_data;
+    const index_t count = detail::chain::count_or_negative(actual);
+    if (count >= 0 && count == detail::chain::count_or_negative(expected.sizes)) {
+      same_data = detail::concat(" (both hold ", count,
+                                 " elements: the same data, split into different axes)");
+    }
+    throw ShapeError(detail::concat(context, ": expected rank ", expected.rank(), " ",
+                                    expected.symbolic_text(), " = ", expected.numeric_text(),
+                                    ", got rank ", actual.size(), " ",
+                                    detail::chain::bracketed(actual), same_data));
+  }
+  if (!std::equal(actual.begin(), actual.end(), expected.sizes.begin())) {
+    throw ShapeError(detail::concat(context, ": expected ", expected.symbolic_text(), " = ",
+                                    expected.numeric_text(),
+                                    detail::chain::explain_mismatch(dims_, expected, actual)));
+  }
+  return push(stage, operation, std::move(expected), cost, context);
+}
+
+inline const ChainStep& ShapeChain::record(std::string_view stage, std::string_view symbolic,
+                                           std::string_view operation, StepCost cost) {
+  const std::string context = detail::concat("ShapeChain::record: stage \"", stage, "\"");
+  return push(stage, operation, detail::chain::resolve(dims_, symbolic, context), cost, context);
+}
+
+inline const ChainStep& ShapeChain::push(std::string_view stage, std::string_view operation,
+                                         SymbolicShape shape, StepCost cost,
+                                         std::string_view context) {
+  if (cost.flops < 0) {
+    throw Error(detail::concat(context, ": FLOPs must be >= 0 (got ", cost.flops, ")"));
+  }
+  index_t step_flops = cost.flops;
+  if (cost.per_layer) {
+    if (!dims_.contains("L")) {
+      throw ShapeError(detail::concat(context, ": a per-layer step needs L in the table (",
+                                      dims_.to_string(), ")"));
+    }
+    step_flops =
+        checked_mul(cost.flops, dims_.size_of("L"), detail::concat(context, ": FLOPs × L"));
+  }
+  index_t total = 0;
+  if (__builtin_add_overflow(total_flops_, step_flops, &total)) {
+    throw ShapeError(detail::concat(context, ": total FLOPs overflow int64 (", total_flops_, " + ",
+                                    step_flops, ")"));
+  }
+  ChainStep step;
+  step.stage = stage;
+  step.operation = operation;
+  step.blind_spots = ambiguous_axes(shape);
+  step.shape = std::move(shape);
+  step.cost = cost;
+  step.total_flops = step_flops;
+  steps_.push_back(std::move(step));  // the last thing that can throw: nothing changed before it
+  total_flops_ = total;
+  return steps_.back();
+}
+
+inline index_t ShapeChain::flops_of(StepKind kind) const {
+  index_t sum = 0;
+  // Cannot overflow: every partial sum is bounded by total_flops_, checked in push.
+  for (const ChainStep& step : steps_) {
+    if (step.cost.kind == kind) sum += step.total_flops;
+  }
+  return sum;
+}
+
+inline std::string ShapeChain::table() const {
+  using detail::chain::display_width;
+  using detail::chain::grouped;
+  constexpr std::size_t columns = 6;
+  using Row = std::array<std::string, columns>;
+  std::vector<Row> rows;
+  rows.push_back({"step", "operation", "symbolic shape", "numeric shape", "FLOPs", ""});
+  bool any_per_layer = false;
+  for (const ChainStep& step : steps_) {
+    any_per_layer = any_per_layer || step.cost.per_layer;
+    rows.push_back({step.stage, step.operation, step.shape.symbolic_text(),
+                    step.shape.numeric_text(), step.cost.flops > 0 ? grouped(step.cost.flops) : "-",
+                    step.cost.per_layer ? "×L" : ""});
+  }
+  std::array<std::size_t, columns> width{};
+  for (const Row& row : rows) {
+    for (std::size_t c = 0; c < columns; ++c) width[c] = std::max(width[c], display_width(row[c]));
+  }
+  // Trailing blanks would make the table awkward to compare and to paste.
+  auto line = [&](const Row& row) {
+    std::string text;
+    for (std::size_t c = 0; c < columns; ++c) {
+      if (c) text += "  ";
+      text += c == 4 ? detail::chain::pad_left(row[c], width[c])
+                     : detail::chain::pad_right(row[c], width[c]);
+    }
+    text.erase(text.find_last_not_of(' ') + 1);
+    return text + '\n';
+  };
+
+  std::string out = "dimensions: " + dims_.to_string() + '\n';
+  out += line(rows.front());
+  Row rule;
+  for (std::size_t c = 0; c < columns; ++c) rule[c] = std::string(width[c], '-');
+  out += line(rule);
+  for (std::size_t r = 1; r < rows.size(); ++r) out += line(rows[r]);
+
+  out += "FLOPs: 2·M·N·K per matrix product, one pass of the step";
+  if (any_per_layer) out += detail::concat("; ×L: once in each layer, L = ", dims_.size_of("L"));
+  out += ";\n\"-\": lookups and elementwise steps, not counted.\n";
+  out += "total: " + grouped(total_flops_) + " FLOPs";
+  const index_t linear = flops_of(StepKind::linear);
+  const index_t attention = flops_of(StepKind::attention);
+  const index_t other = flops_of(StepKind::other);
+  if (linear > 0 || attention > 0) {
+    out += " = linear steps " + grouped(linear) + " + attention products " + grouped(attention);
+    if (other > 0) out += " + other " + grouped(other);
+  }
+  out += '\n';
+
+  bool blind = false;
+  for (const ChainStep& step : steps_) {
+    if (step.blind_spots.empty()) continue;
+    if (!blind) out += "blind spots (equal sizes: a check cannot see these axes swapped):\n";
+    blind = true;
+    std::vector<std::string> groups;
+    for (const AmbiguousAxes& group : step.blind_spots) groups.push_back(group.describe());
+    out += "  " + step.stage + " " + step.shape.symbolic_text() + ": " +
+           detail::chain::listed(groups, "; ") + '\n';
+  }
+  for (const std::string& note : notes_) out += note + '\n';
+  return out;
+}
+
+inline std::ostream& operator<<(std::ostream& out, const ShapeChain& chain) {
+  return out << chain.table();
+}
+
+// ---- implementation: a transformer's forward pass -----------------------------------------------
+
+inline ShapeChain forward_shape_chain(const TransformerConfig& config, index_t batch,
+                                      index_t tokens) {
+  config.validate();
+  if (batch <= 0) {
+    throw ConfigError(detail::concat("forward_shape_chain: batch B must be > 0 (got ", batch, ")"));
+  }
+  if (tokens <= 0) {
+    throw ConfigError(
+        detail::concat("forward_shape_chain: tokens T must be > 0 (got ", tokens, ")"));
+  }
+  if (config.positions == Positions::learned && tokens > config.context) {
+    throw ConfigError(detail::concat("forward_shape_chain: tokens T = ", tokens,
+                                     " exceed the context ", config.context,
+                                     " of the learned position table"));
+  }
+  const TransformerConfig& c = config;
+  const index_t d_k = c.head_size();
+  const bool grouped_query = c.kv_heads() != c.n_heads;
+
+  DimensionTable dims{{"B", batch}, {"T", tokens}, {"D", c.d_model}, {"H", c.n_heads}};
+  if (grouped_query) dims.add("H_kv", c.kv_heads());
+  dims.add("d_k", d_k).add("F", c.d_ff).add("L", c.n_layers).add("V", c.vocab);
+
+  // Every count below is checked once here, so the chain's own sums cannot overflow later.
+  constexpr std::string_view what = "forward_shape_chain FLOPs";
+  using detail::checked_product;
+  using detail::checked_sum;
+  const index_t n = checked_product(batch, tokens, what);
+  const index_t q_width = checked_product(c.n_heads, d_k, what);
+  const index_t kv_width = checked_product(c.kv_heads(), d_k, what);
+  const index_t qkv_weights =
+      checked_product(c.d_model, checked_sum({q_width, kv_width, kv_width}, what), what);
+  const index_t o_weights = checked_product(q_width, c.d_model, what);
+  const index_t ffn_weights =
+      checked_product({c.ffn == Ffn::gated ? 3 : 2, c.d_model, c.d_ff}, what);
+  const index_t head_weights = checked_product(c.vocab, c.d_model, what);
+  const index_t linear_weights = checked_sum(
+      {checked_product(checked_sum({qkv_weights, o_weights, ffn_weights}, what), c.n_layers, what),
+       head_weights},
+      what);
+  const index_t attention_product =
+      checked_product({2, batch, c.n_heads, tokens, tokens, d_k}, what);
+  checked_sum({checked_product({2, n, linear_weights}, what),
+               checked_product({2, attention_product, c.n_layers}, what)},
+              what);
+  auto linear = [&](index_t weights, bool per_layer) {
+    return StepCost{checked_product({2, n, weights}, what), per_layer, StepKind::linear};
+  };
+  const StepCost attention{attention_product, true, StepKind::attention};
+  const StepCost in_layer{0, true, StepKind::other};
+
+  ShapeChain chain(std::move(dims));
+  chain.record("token ids", "B T", "tokenizer output");
+  chain.record("embedding", "B T D",
+               c.positions == Positions::learned ? "E[ids] + P[0:T]" : "E[ids]");
+  // With an explicit head_dim (Gemma), H·d_k need not be D.
+  const std::string q_shape = q_width == c.d_model ? "B T D" : "B T H*d_k";
+  chain.record("QKV projection", q_shape,
+               grouped_query ? "X·W_Q, X·W_K, X·W_V (K, V: H_kv*d_k wide)" : "X·W_Q, X·W_K, X·W_V",
+               linear(qkv_weights, true));
+  chain.record("head split", "B H T d_k", "reshape + transpose", in_layer);
+  chain.record("scores", "B H T T", "Q·Kᵀ / √d_k", attention);
+  chain.record("softmax", "B H T T", "over the last axis", in_layer);
+  chain.record("weighted sum", "B H T d_k", "P·V", attention);
+  chain.record("head merge + W_O", "B T D", "transpose + reshape, ·W_O", linear(o_weights, true));
+  chain.record("FFN", "B T D", c.ffn == Ffn::gated ? "SwiGLU D → F → D" : "D → F → D",
+               linear(ffn_weights, true));
+  chain.record("logits", "B T V", c.tied_embeddings ? "X·Eᵀ (tied head)" : "X·W_vocab",
+               linear(head_weights, false));
+  chain.record("sampling", "B T", "softmax + sample");
+
+  using detail::chain::grouped;
+  chain.add_note(detail::concat("linear steps = 2 · ", grouped(linear_weights), " weights · ",
+                                grouped(n), " tokens, the weights being W_Q, W_K, W_V, W_O and"));
+  chain.add_note("  the FFN matrices × L, plus the V·D head (no biases, norms or embeddings)");
+  chain.add_note(
+      "attention products = 2 · 2·B·H·T²·d_k per layer (full T×T: the causal mask is not used)");
+  return chain;
+}
+
+}  // namespace dissect
