@@ -1,13 +1,19 @@
 // linear_basics — the seed article's demonstration, in C++.
 //
 // Build a layer, run a hand-written y = x·Wᵀ + b with the very same weights, and print the
-// difference (0). Then run backward and check each gradient against central differences.
+// difference (0). Then run backward and check each gradient against central differences. The
+// article's figure is drawn to linear_basics.svg (or the path given with --svg): the transform
+// as a line plot beside the histograms of the input and output distributions.
 #include <dissect/dissect.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <iostream>
+#include <string_view>
+#include <vector>
+
+#include "common/svg_plot.hpp"
 
 using dissect::index_t;
 using dissect::Linear;
@@ -61,9 +67,45 @@ double finite_difference_error(const Tensor<double, 2>& analytic, double* values
   return worst;
 }
 
+std::vector<double> column(const Tensor<double, 2>& t) {
+  return {t.begin(), t.end()};
+}
+
+/// Left: x against the hand-written layer and dissect::Linear (one line over the other).
+/// Right: how the layer moves and stretches the distribution of values.
+void draw_figure(const Tensor<double, 2>& x, const Tensor<double, 2>& y_by_hand,
+                 const Tensor<double, 2>& y, const std::string& path) {
+  namespace ex = dissect::examples;
+  const auto xs = column(x), hand = column(y_by_hand), ours = column(y);
+  ex::Figure figure(1100, 420, 1, 2);
+  figure.panel(0, 0)
+      .title("Linear transform: input → output")
+      .xlabel("input feature x")
+      .ylabel("output feature y")
+      .line(xs, xs, {.label = "input x (identity)", .width = 3})
+      .line(xs, hand, {.label = "hand-written x·Wᵀ + b", .width = 2})
+      .line(xs, ours, {.label = "dissect::Linear", .width = 2, .dash = "6 4"});
+  figure.panel(0, 1)
+      .title("Distribution before and after the layer")
+      .xlabel("feature value")
+      .ylabel("count")
+      .histogram({xs, ours}, 30, {{.label = "input x"}, {.label = "output y = Linear(x)"}});
+  figure.save(path);
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  std::string svg_path = "linear_basics.svg";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--svg" && i + 1 < argc) {
+      svg_path = argv[++i];
+    } else {
+      std::cerr << "usage: linear_basics [--svg PATH]\n";
+      return 2;
+    }
+  }
+
   // The article's demo: one feature in, one out, x = linspace(−5, 5, 100), Kaiming init.
   Linear<double> layer(1, 1, {.init = dissect::InitScheme::kaiming_normal, .seed = 2024});
   layer.bias().fill(0.5);  // a visible offset (the article's bias starts at 0)
@@ -77,6 +119,8 @@ int main() {
             << dissect::format_shape(y.shape()) << "\n";
   std::cout << "max |hand-written - dissect::Linear| = " << max_abs_difference(y, y_by_hand)
             << "\n";
+  draw_figure(x, y_by_hand, y, svg_path);
+  std::cout << "figure written to " << svg_path << "\n";
 
   // Backward on a wider layer, so the gradient shapes say something.
   Linear<double> wide(4, 3, {.seed = 7});
