@@ -4,6 +4,8 @@
 // compile times down; this one is for examples, notebooks and quick experiments.
 #pragma once
 
+#include "dissect/activation.hpp"
+#include "dissect/blocks.hpp"
 #include "dissect/budget.hpp"
 #include "dissect/config.hpp"
 #include "dissect/count.hpp"

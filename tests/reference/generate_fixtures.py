@@ -201,7 +201,288 @@ def generate_linear(root: Path):
     return written
 
 
-BLOCKS = {"linear": generate_linear}
+# ---- blocks: activations and the transformer's linear blocks -----------------------------------
+
+# Every activation at the values that matter: 0 (ReLU's kink, gradient 0 as PyTorch), both
+# signs, the bend around |x| ~ 1, and the saturated tails at ±10 and ±30.
+ACTIVATION_X = [-30.0, -10.0, -5.0, -3.0, -2.0, -1.5, -1.0, -0.5, -0.1, -1e-3, 0.0,
+                1e-3, 0.1, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0]
+ACTIVATIONS = {
+    "relu": torch.relu,
+    "gelu": torch.nn.functional.gelu,
+    "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+    "silu": torch.nn.functional.silu,
+}
+
+
+def activation_fixture(dtype):
+    torch.manual_seed(seed_for("blocks_activations"))
+    dy = torch.randn(len(ACTIVATION_X), dtype=torch.float64).to(dtype)
+    tensors = {"x": torch.tensor(ACTIVATION_X, dtype=dtype), "dy": dy}
+    for name, f in ACTIVATIONS.items():
+        x = tensors["x"].clone().requires_grad_(True)
+        y = f(x)
+        (y * dy).sum().backward()
+        tensors["y_" + name] = y.detach()
+        tensors["dx_" + name] = x.grad
+    return {"kind": "activations"}, tensors
+
+
+def grads_of(named):
+    """{'dW': W.grad, ...}: the gradient of each named leaf, zeros if autograd never reached it."""
+    return {"d" + k: (t.grad if t.grad is not None else torch.zeros_like(t)) for k, t in named}
+
+
+def linear_params(prefix, lin):
+    named = [("W" + prefix, lin.weight)]
+    if lin.bias is not None:
+        named.append(("b" + prefix, lin.bias))
+    return named
+
+
+def make_linear(in_f, out_f, bias, dtype):
+    # Built in float64 and cast, so the f32 case holds the f64 case's parameters rounded.
+    return torch.nn.Linear(in_f, out_f, bias=bias, dtype=torch.float64).to(dtype)
+
+
+def randn(*shape, dtype):
+    return torch.randn(*shape, dtype=torch.float64).to(dtype)
+
+
+def qkv_fixture(B, T, D, H, H_kv, bias, dtype, seed):
+    # GPT-2's c_attn, generalised to H_kv key/value heads: one Linear, split, view, transpose.
+    torch.manual_seed(seed)
+    d_k = D // H
+    c_attn = make_linear(D, (H + 2 * H_kv) * d_k, bias, dtype)
+    x = randn(B, T, D, dtype=dtype).requires_grad_(True)
+    dq, dk, dv = (randn(B, heads, T, d_k, dtype=dtype) for heads in (H, H_kv, H_kv))
+    q, k, v = c_attn(x).split([H * d_k, H_kv * d_k, H_kv * d_k], dim=2)
+    q = q.view(B, T, H, d_k).transpose(1, 2)
+    k = k.view(B, T, H_kv, d_k).transpose(1, 2)
+    v = v.view(B, T, H_kv, d_k).transpose(1, 2)
+    ((q * dq).sum() + (k * dk).sum() + (v * dv).sum()).backward()
+    params = linear_params("", c_attn)
+    tensors = {"x": x, **dict(params), "q": q, "k": k, "v": v, "dq": dq, "dk": dk, "dv": dv,
+               "dx": x.grad, **grads_of(params)}
+    return {"kind": "qkv", "B": B, "T": T, "D": D, "H": H, "H_kv": H_kv, "bias": bias}, tensors
+
+
+def attention_output_fixture(B, T, D, H, bias, dtype, seed):
+    # Merge heads (transpose back, contiguous view) and GPT-2's c_proj.
+    torch.manual_seed(seed)
+    d_k = D // H
+    c_proj = make_linear(D, D, bias, dtype)
+    a = randn(B, H, T, d_k, dtype=dtype).requires_grad_(True)
+    dy = randn(B, T, D, dtype=dtype)
+    y = c_proj(a.transpose(1, 2).contiguous().view(B, T, D))
+    (y * dy).sum().backward()
+    params = linear_params("", c_proj)
+    tensors = {"a": a, **dict(params), "y": y, "dy": dy, "da": a.grad, **grads_of(params)}
+    return {"kind": "attention_output", "B": B, "T": T, "D": D, "H": H, "bias": bias}, tensors
+
+
+def mlp_fixture(B, T, D, F, activation, bias, dtype, seed):
+    # GPT-2's MLP: c_proj(act(c_fc(x))).
+    torch.manual_seed(seed)
+    up, down = make_linear(D, F, bias, dtype), make_linear(F, D, bias, dtype)
+    x = randn(B, T, D, dtype=dtype).requires_grad_(True)
+    dy = randn(B, T, D, dtype=dtype)
+    y = down(ACTIVATIONS[activation](up(x)))
+    (y * dy).sum().backward()
+    params = linear_params("_up", up) + linear_params("_down", down)
+    tensors = {"x": x, **dict(params), "y": y, "dy": dy, "dx": x.grad, **grads_of(params)}
+    meta = {"kind": "mlp", "B": B, "T": T, "D": D, "F": F, "activation": activation, "bias": bias}
+    return meta, tensors
+
+
+def swiglu_fixture(B, T, D, F, bias, dtype, seed):
+    # LLaMA's FeedForward: w2(F.silu(w1(x)) * w3(x)), here gate = w1, up = w3, down = w2.
+    torch.manual_seed(seed)
+    gate, up, down = (make_linear(D, F, bias, dtype), make_linear(D, F, bias, dtype),
+                      make_linear(F, D, bias, dtype))
+    x = randn(B, T, D, dtype=dtype).requires_grad_(True)
+    dy = randn(B, T, D, dtype=dtype)
+    y = down(torch.nn.functional.silu(gate(x)) * up(x))
+    (y * dy).sum().backward()
+    params = linear_params("_gate", gate) + linear_params("_up", up) + linear_params("_down", down)
+    tensors = {"x": x, **dict(params), "y": y, "dy": dy, "dx": x.grad, **grads_of(params)}
+    return {"kind": "swiglu", "B": B, "T": T, "D": D, "F": F, "bias": bias}, tensors
+
+
+def bias_tag(bias):
+    return "bias" if bias else "nobias"
+
+
+# (case name without dtype, generator, arguments). Sizes are small, distinct where possible
+# (B != T != d_k != H) so that a swapped axis cannot pass, and cover: GPT-2's layout (H_kv = H),
+# grouped-query attention (H = 4, H_kv = 2), multi-query (H_kv = 1), bias on and off, every
+# activation in the MLP and an F that is not 4·D.
+BLOCK_CASES = [
+    ("qkv_B2_T3_D8_H2_kv2_bias", qkv_fixture, (2, 3, 8, 2, 2, True)),
+    ("qkv_B2_T3_D8_H4_kv2_nobias", qkv_fixture, (2, 3, 8, 4, 2, False)),
+    ("qkv_B1_T5_D12_H3_kv1_bias", qkv_fixture, (1, 5, 12, 3, 1, True)),
+    ("attention_output_B2_T3_D8_H2_bias", attention_output_fixture, (2, 3, 8, 2, True)),
+    ("attention_output_B1_T5_D12_H3_nobias", attention_output_fixture, (1, 5, 12, 3, False)),
+    ("mlp_B2_T3_D8_F32_gelu_tanh_bias", mlp_fixture, (2, 3, 8, 32, "gelu_tanh", True)),
+    ("mlp_B1_T4_D6_F10_gelu_tanh_nobias", mlp_fixture, (1, 4, 6, 10, "gelu_tanh", False)),
+    ("mlp_B2_T3_D4_F6_gelu_bias", mlp_fixture, (2, 3, 4, 6, "gelu", True)),
+    ("mlp_B2_T3_D4_F6_relu_bias", mlp_fixture, (2, 3, 4, 6, "relu", True)),
+    ("mlp_B2_T3_D4_F6_silu_bias", mlp_fixture, (2, 3, 4, 6, "silu", True)),
+    ("swiglu_B2_T3_D8_F12_nobias", swiglu_fixture, (2, 3, 8, 12, False)),
+    ("swiglu_B1_T4_D6_F10_bias", swiglu_fixture, (1, 4, 6, 10, True)),
+]
+
+
+def generate_blocks(root: Path):
+    written = {}
+    for prefix, dtype in DTYPES.items():
+        name = f"{prefix}_activations"
+        meta, tensors = activation_fixture(dtype)
+        path = root / "blocks" / f"{name}.txt"
+        written[path] = write_fixture(path, name, dtype, meta,
+                                      {k: v.detach() for k, v in tensors.items()})
+        for base, make, args in BLOCK_CASES:
+            name = f"{prefix}_{base}"
+            # Seeded by the dtype-free name: the f32 case is the f64 case rounded.
+            meta, tensors = make(*args, dtype, seed_for("blocks_" + base))
+            path = root / "blocks" / f"{name}.txt"
+            written[path] = write_fixture(path, name, dtype, meta,
+                                          {k: v.detach() for k, v in tensors.items()})
+    return written
+
+
+BLOCKS = {"linear": generate_linear, "blocks": generate_blocks}
+
+
+# ---- loss: softmax cross-entropy ----------------------------------------------------------------
+
+# (N, C, logit scale tag, layout). "scale1e4" logits overflow exp() in float32 unless each row is
+# shifted by its maximum; "spikes" puts ±1e4 beside ordinary logits, so some rows have a loss of
+# ~0 and others of ~1e4, and exp(x − max) underflows to exactly 0 for many entries.
+LOSS_CASES = [
+    (4, 3, None, "randn"),
+    (1, 5, None, "randn"),
+    (6, 2, None, "randn"),
+    (10, 30, None, "randn"),
+    (5, 10, "1e4", "randn"),
+    (4, 6, None, "spikes"),
+]
+
+
+def loss_case_name(prefix, n, c, scale_tag, layout):
+    name = f"{prefix}_n{n}_c{c}"
+    if scale_tag:
+        name += f"_scale{scale_tag}"
+    return name + ("_spikes" if layout == "spikes" else "")
+
+
+def loss_fixture(n, c, scale_tag, layout, dtype):
+    # Drawn in float64 from a dtype-free seed, as for linear: the f32 case is the f64 case rounded.
+    torch.manual_seed(seed_for("loss" + loss_case_name("", n, c, scale_tag, layout)))
+    logits = torch.randn(n, c, dtype=torch.float64) * (float(scale_tag) if scale_tag else 1.0)
+    target = torch.randint(0, c, (n,), dtype=torch.int64)
+    if layout == "spikes":
+        for row in range(n):
+            # Even rows: a huge logit on the target (loss ≈ 0); odd rows: on a wrong class.
+            spike = int(target[row]) if row % 2 == 0 else (int(target[row]) + 1) % c
+            logits[row, spike] = 1e4
+            logits[row, (spike + 2) % c] = -1e4
+    logits = logits.to(dtype).requires_grad_(True)
+    loss = torch.nn.functional.cross_entropy(logits, target)  # mean reduction
+    loss.backward()
+    tensors = {
+        "logits": logits.detach(),
+        # Class indices are small integers, exact in either dtype; the format holds one dtype.
+        "target": target.to(dtype),
+        "loss": loss.detach().reshape(1),
+        "dlogits": logits.grad,
+        "log_softmax": torch.log_softmax(logits.detach(), dim=1),
+    }
+    meta = {"n": n, "classes": c}
+    if scale_tag:
+        meta["scale"] = scale_tag
+    return meta, tensors
+
+
+def generate_loss(root: Path):
+    written = {}
+    for n, c, scale_tag, layout in LOSS_CASES:
+        for prefix, dtype in DTYPES.items():
+            name = loss_case_name(prefix, n, c, scale_tag, layout)
+            meta, tensors = loss_fixture(n, c, scale_tag, layout, dtype)
+            path = root / "loss" / f"{name}.txt"
+            written[path] = write_fixture(path, name, dtype, meta, tensors)
+    return written
+
+
+BLOCKS["loss"] = generate_loss
+
+
+# ---- optim: SGD and Adam/AdamW trajectories -----------------------------------------------------
+
+# (case, optimizer, hyperparameters). Each runs OPTIM_STEPS steps of one parameter of
+# OPTIM_SIZE values with prescribed gradients and records the parameter after every step.
+OPTIM_STEPS = 6
+OPTIM_SIZE = 7
+OPTIM_CASES = [
+    ("sgd_plain", "sgd", dict(lr=0.1)),
+    ("sgd_momentum", "sgd", dict(lr=0.1, momentum=0.9)),
+    ("sgd_momentum_dampening_wd", "sgd", dict(lr=0.05, momentum=0.9, dampening=0.1,
+                                              weight_decay=0.01)),
+    ("sgd_nesterov_wd", "sgd", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    ("adam", "adam", dict(lr=0.01)),
+    ("adam_l2", "adam", dict(lr=0.01, weight_decay=0.1)),
+    ("adam_betas_eps", "adam", dict(lr=0.01, betas=(0.5, 0.9), eps=1e-3)),
+    ("adamw", "adamw", dict(lr=0.01, weight_decay=0.1)),
+    ("adamw_defaults", "adamw", dict()),
+]
+
+
+def optim_fixture(case, kind, hyper, dtype):
+    torch.manual_seed(seed_for("optim" + case))
+    p0 = torch.randn(OPTIM_SIZE, dtype=torch.float64)
+    # Gradients of changing scale and sign; element 5 is always 0 (the update is then decay or
+    # momentum alone) and element 6 is tiny, where Adam's eps decides the step.
+    scales = torch.tensor([1.0, 0.5, 2.0, 0.1, 1.0, 3.0], dtype=torch.float64)
+    grads = torch.randn(OPTIM_STEPS, OPTIM_SIZE, dtype=torch.float64) * scales[:, None]
+    grads[:, 5] = 0
+    grads[:, 6] *= 1e-6
+    param = torch.nn.Parameter(p0.to(dtype).clone())
+    grads = grads.to(dtype)
+    optimizer = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam,
+                 "adamw": torch.optim.AdamW}[kind]([param], **hyper)
+    after = []
+    for step in range(OPTIM_STEPS):
+        param.grad = grads[step].clone()
+        optimizer.step()
+        after.append(param.detach().clone())
+    defaults = optimizer.defaults
+    meta = {"optimizer": kind, "lr": repr(float(defaults["lr"])),
+            "weight_decay": repr(float(defaults["weight_decay"]))}
+    if kind == "sgd":
+        meta.update(momentum=repr(float(defaults["momentum"])),
+                    dampening=repr(float(defaults["dampening"])),
+                    nesterov=bool(defaults["nesterov"]))
+    else:
+        beta1, beta2 = defaults["betas"]
+        meta.update(beta1=repr(float(beta1)), beta2=repr(float(beta2)),
+                    eps=repr(float(defaults["eps"])))
+    tensors = {"p0": p0.to(dtype), "grads": grads, "params": torch.stack(after)}
+    return meta, tensors
+
+
+def generate_optim(root: Path):
+    written = {}
+    for case, kind, hyper in OPTIM_CASES:
+        for prefix, dtype in DTYPES.items():
+            name = f"{prefix}_{case}"
+            meta, tensors = optim_fixture(case, kind, hyper, dtype)
+            path = root / "optim" / f"{name}.txt"
+            written[path] = write_fixture(path, name, dtype, meta, tensors)
+    return written
+
+
+BLOCKS["optim"] = generate_optim
 
 
 def main(argv=None):

@@ -1,0 +1,253 @@
+// dissect/activation.hpp — the elementwise nonlinearities of a transformer: ReLU, GELU, SiLU.
+//
+// Forward and backward on tensors of any rank, as free functions (relu, gelu, silu, *_backward)
+// or through the Activation enum, so a block can hold its activation as a value. They compute
+// PyTorch's functions (ReLU's gradient at 0 is 0), in forms whose negative tails do not cancel;
+// the _into forms write into a caller's buffer, which may be the input: no allocation.
+#pragma once
+
+#include <cmath>
+#include <ostream>
+#include <type_traits>
+
+#include "dissect/error.hpp"
+#include "dissect/shape.hpp"
+#include "dissect/tensor.hpp"
+
+namespace dissect {
+
+// ---- declarations -------------------------------------------------------------------------------
+
+/// An activation as a value: what FeedForward takes.
+enum class Activation {
+  relu,       ///< max(x, 0)
+  gelu,       ///< x·Φ(x), the exact (erf) form: F.gelu(x)
+  gelu_tanh,  ///< x·½(1 + tanh(√(2/π)(x + 0.044715x³))): F.gelu(x, approximate='tanh'), GPT-2's
+  silu,       ///< x·σ(x), also called swish: F.silu(x), LLaMA's
+};
+
+/// GELU's two forms, named as PyTorch's `approximate` argument.
+enum class GeluApproximation { none, tanh };
+
+/// "relu", "gelu", "gelu_tanh", "silu".
+const char* to_string(Activation activation);
+std::ostream& operator<<(std::ostream& out, Activation activation);
+
+/// x: [...] → y: [...], y = f(x) elementwise.
+/// @throws Error if `activation` is not one of the enumerators.
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> activate(const Tensor<Scalar, Rank>& x, Activation activation);
+
+/// As activate, into y: [...] (old values never read). y may be x itself: in place.
+/// @throws ShapeError if y's shape differs from x's (y untouched).
+template <class Scalar, std::size_t Rank>
+void activate_into(const Tensor<Scalar, Rank>& x, Tensor<Scalar, Rank>& y, Activation activation);
+
+/// x: [...], dy: [...] → dx: [...], dx = f'(x)·dy elementwise.
+/// @throws ShapeError if dy's shape differs from x's.
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> activate_backward(const Tensor<Scalar, Rank>& x,
+                                       const Tensor<Scalar, Rank>& dy, Activation activation);
+
+/// As activate_backward, into dx: [...]. dx may be dy (or x) itself: in place.
+/// @throws ShapeError if dy's or dx's shape differs from x's (dx untouched).
+template <class Scalar, std::size_t Rank>
+void activate_backward_into(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy,
+                            Tensor<Scalar, Rank>& dx, Activation activation);
+
+/// The same, one function per activation.
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> relu(const Tensor<Scalar, Rank>& x);
+/// dx = dy where x > 0, else 0 (also at x = 0, as PyTorch).
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> relu_backward(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy);
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> gelu(const Tensor<Scalar, Rank>& x,
+                          GeluApproximation approximate = GeluApproximation::none);
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> gelu_backward(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy,
+                                   GeluApproximation approximate = GeluApproximation::none);
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> silu(const Tensor<Scalar, Rank>& x);
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> silu_backward(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy);
+
+// ---- implementation -----------------------------------------------------------------------------
+
+inline const char* to_string(Activation activation) {
+  switch (activation) {
+    case Activation::relu:
+      return "relu";
+    case Activation::gelu:
+      return "gelu";
+    case Activation::gelu_tanh:
+      return "gelu_tanh";
+    case Activation::silu:
+      return "silu";
+  }
+  return "unknown";
+}
+
+inline std::ostream& operator<<(std::ostream& out, Activation activation) {
+  return out << to_string(activation);
+}
+
+namespace detail {
+
+/// σ(z) = 1 / (1 + e^(−z)): e^(−z) overflows to ∞ for very negative z, giving exactly 0.
+template <class Scalar>
+Scalar activation_sigmoid(Scalar z) {
+  return Scalar(1) / (Scalar(1) + std::exp(-z));
+}
+
+/// f(x) for one element.
+template <Activation A, class Scalar>
+Scalar activation_value(Scalar x) {
+  if constexpr (A == Activation::relu) {
+    return x < Scalar(0) ? Scalar(0) : x;  // NaN passes through, as torch.relu
+  } else if constexpr (A == Activation::gelu) {
+    // Φ(x) = ½·erfc(−x/√2) rather than ½·(1 + erf(x/√2)): the same function, but the left tail
+    // does not cancel to 0 (gelu(−10) is −7.6e−23, not −0).
+    return x * (Scalar(0.5) * std::erfc(-x * Scalar(0.70710678118654752440)));
+  } else if constexpr (A == Activation::gelu_tanh) {
+    // ½(1 + tanh(u)) = σ(2u): one exp instead of tanh, and no cancellation for negative x.
+    const Scalar u = Scalar(0.79788456080286535588) * (x + Scalar(0.044715) * x * x * x);
+    return x * activation_sigmoid(Scalar(2) * u);
+  } else {
+    return x * activation_sigmoid(x);
+  }
+}
+
+/// f'(x)·dy for one element.
+template <Activation A, class Scalar>
+Scalar activation_gradient(Scalar x, Scalar dy) {
+  if constexpr (A == Activation::relu) {
+    // A select, not f'·dy, exactly as PyTorch's threshold_backward: x < 0 with dy = ∞ gives 0,
+    // and x = NaN passes dy through.
+    return x <= Scalar(0) ? Scalar(0) : dy;
+  } else if constexpr (A == Activation::gelu) {
+    // d/dx x·Φ(x) = Φ(x) + x·φ(x), φ(x) = e^(−x²/2)/√(2π).
+    const Scalar cdf = Scalar(0.5) * std::erfc(-x * Scalar(0.70710678118654752440));
+    const Scalar pdf = Scalar(0.39894228040143267794) * std::exp(Scalar(-0.5) * x * x);
+    return dy * (cdf + x * pdf);
+  } else if constexpr (A == Activation::gelu_tanh) {
+    // d/dx x·σ(2u) = σ(2u) + x·2σ(1 − σ)·u'. Where σ(1 − σ) is exactly 0, x³ may already have
+    // overflowed (|x| ≳ 1e13 in float); skip the term rather than form 0·∞ = NaN for a slope
+    // that is exactly 0 or 1 (torch 1.13 returns NaN there).
+    const Scalar x2 = x * x;
+    const Scalar u = Scalar(0.79788456080286535588) * (x + Scalar(0.044715) * x2 * x);
+    const Scalar s = activation_sigmoid(Scalar(2) * u);
+    const Scalar bump = s * (Scalar(1) - s);
+    if (bump == Scalar(0)) return dy * s;
+    const Scalar du = Scalar(0.79788456080286535588) * (Scalar(1) + Scalar(3 * 0.044715) * x2);
+    return dy * (s + x * (Scalar(2) * bump * du));
+  } else {
+    // d/dx x·σ(x) = σ(x)·(1 + x·(1 − σ(x))).
+    const Scalar s = activation_sigmoid(x);
+    return dy * (s * (Scalar(1) + x * (Scalar(1) - s)));
+  }
+}
+
+/// Calls body(std::integral_constant<Activation, a>{}): the elementwise loops are instantiated
+/// once per activation and carry no switch per element.
+template <class Body>
+decltype(auto) with_activation(Activation activation, const char* op, Body&& body) {
+  using A = Activation;
+  switch (activation) {
+    case A::relu:
+      return body(std::integral_constant<A, A::relu>{});
+    case A::gelu:
+      return body(std::integral_constant<A, A::gelu>{});
+    case A::gelu_tanh:
+      return body(std::integral_constant<A, A::gelu_tanh>{});
+    case A::silu:
+      return body(std::integral_constant<A, A::silu>{});
+  }
+  throw Error(concat(op, ": unknown activation ", static_cast<int>(activation)));
+}
+
+template <class Scalar, std::size_t Rank>
+void check_activation_shape(const char* op, Activation activation, const char* name,
+                            const Tensor<Scalar, Rank>& tensor, const Tensor<Scalar, Rank>& x) {
+  if (tensor.shape() != x.shape()) {
+    throw ShapeError(concat(op, "(", to_string(activation), "): ", name, " has shape ",
+                            format_shape(tensor.shape()), " but x has shape ",
+                            format_shape(x.shape())));
+  }
+}
+
+inline Activation gelu_activation(GeluApproximation approximate) {
+  return approximate == GeluApproximation::tanh ? Activation::gelu_tanh : Activation::gelu;
+}
+
+}  // namespace detail
+
+template <class Scalar, std::size_t Rank>
+void activate_into(const Tensor<Scalar, Rank>& x, Tensor<Scalar, Rank>& y, Activation activation) {
+  detail::check_activation_shape("activate_into", activation, "y", y, x);
+  detail::with_activation(activation, "activate_into", [&](auto a) {
+    // Each element is read before it is written, so y == x (in place) is safe.
+    const Scalar* in = x.data();
+    Scalar* out = y.data();
+    for (index_t i = 0; i < x.size(); ++i)
+      out[i] = detail::activation_value<decltype(a)::value>(in[i]);
+  });
+}
+
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> activate(const Tensor<Scalar, Rank>& x, Activation activation) {
+  auto y = Tensor<Scalar, Rank>::uninitialized(x.shape());
+  activate_into(x, y, activation);
+  return y;
+}
+
+template <class Scalar, std::size_t Rank>
+void activate_backward_into(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy,
+                            Tensor<Scalar, Rank>& dx, Activation activation) {
+  detail::check_activation_shape("activate_backward", activation, "dy", dy, x);
+  detail::check_activation_shape("activate_backward", activation, "dx", dx, x);
+  detail::with_activation(activation, "activate_backward", [&](auto a) {
+    const Scalar* in = x.data();
+    const Scalar* upstream = dy.data();
+    Scalar* out = dx.data();
+    for (index_t i = 0; i < x.size(); ++i) {
+      out[i] = detail::activation_gradient<decltype(a)::value>(in[i], upstream[i]);
+    }
+  });
+}
+
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> activate_backward(const Tensor<Scalar, Rank>& x,
+                                       const Tensor<Scalar, Rank>& dy, Activation activation) {
+  auto dx = Tensor<Scalar, Rank>::uninitialized(x.shape());
+  activate_backward_into(x, dy, dx, activation);
+  return dx;
+}
+
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> relu(const Tensor<Scalar, Rank>& x) {
+  return activate(x, Activation::relu);
+}
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> relu_backward(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy) {
+  return activate_backward(x, dy, Activation::relu);
+}
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> gelu(const Tensor<Scalar, Rank>& x, GeluApproximation approximate) {
+  return activate(x, detail::gelu_activation(approximate));
+}
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> gelu_backward(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy,
+                                   GeluApproximation approximate) {
+  return activate_backward(x, dy, detail::gelu_activation(approximate));
+}
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> silu(const Tensor<Scalar, Rank>& x) {
+  return activate(x, Activation::silu);
+}
+template <class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> silu_backward(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy) {
+  return activate_backward(x, dy, Activation::silu);
+}
+
+}  // namespace dissect
