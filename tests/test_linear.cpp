@@ -190,6 +190,25 @@ TEST(Linear, GradientsAccumulateUntilZeroGrad) {
   for (double v : layer.bias_grad()) EXPECT_EQ(v, 0.0);
 }
 
+TEST(Linear, BackwardParametersMatchesBackwardWithoutDx) {
+  // A first layer's input needs no gradient: the parameter half alone must add exactly what
+  // backward adds.
+  auto full = random_layer<float>(37, 29, true, 8);
+  auto partial = full;
+  std::mt19937_64 engine(4);
+  const auto x = random_tensor<float, 3>({2, 9, 37}, engine);
+  const auto dy = random_tensor<float, 3>({2, 9, 29}, engine);
+  full.backward(x, dy);
+  partial.backward_parameters(x, dy);
+  EXPECT_TENSOR_EQ(partial.weight_grad(), full.weight_grad());
+  EXPECT_TENSOR_EQ(partial.bias_grad(), full.bias_grad());
+  const auto before = partial.weight_grad();
+  EXPECT_THROW_WITH(
+      partial.backward_parameters(x, Tensor<float, 3>({2, 9, 28})), ShapeError,
+      "Linear::backward_parameters: dy has shape [2, 9, 28] but forward(x) has shape [2, 9, 29]");
+  EXPECT_TENSOR_EQ(partial.weight_grad(), before);
+}
+
 /// L(x, W, b) = Σ forward(x) ⊙ g. Its exact gradients are backward(x, g); central differences
 /// of L must agree.
 double loss(const Linear<double>& layer, const Tensor<double, 3>& x, const Tensor<double, 3>& g) {
@@ -343,7 +362,7 @@ TYPED_TEST(LinearAlgebra, HandWrittenFormulaAgreesExactly) {
   // same output, difference 0 — first on its 1 → 1 demo over linspace(−5, 5, 100), then at
   // GPT-2's FFN width. Exactness needs the same kernel on both sides, so one thread: a threaded
   // Eigen GEMM blocks the reduction differently.
-  const testing::SingleThreadedScope single_threaded;
+  [[maybe_unused]] const testing::SingleThreadedScope single_threaded;
   for (auto [m, in, out] : {std::tuple<index_t, index_t, index_t>{100, 1, 1}, {16, 768, 3072}}) {
     Linear<TypeParam> layer(in, out, {.init = InitScheme::kaiming_normal, .seed = 7});
     layer.bias().fill(TypeParam(0.25));

@@ -35,6 +35,12 @@ void linear_backward(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scala
                      const ConstMatrixRef<Scalar>& dy, MatrixRef<Scalar> dx,
                      MatrixRef<Scalar> dweight, std::optional<VectorMap<Scalar>> dbias);
 
+/// x: [M, K]  dy: [M, N]  →  dW: [N, K] += dyᵀ·x;  db: [N] += Σ_m dy[m, :] (when given): the
+/// parameter half of linear_backward, for a first layer whose input needs no gradient.
+template <class Scalar>
+void linear_backward_parameters(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scalar>& dy,
+                                MatrixRef<Scalar> dweight, std::optional<VectorMap<Scalar>> dbias);
+
 /// The oracles: the same contracts as above, as plain loops.
 template <class Scalar>
 void linear_forward_naive(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scalar>& weight,
@@ -62,6 +68,13 @@ void linear_backward(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scala
   const int threads = detail::threads_for_product(x.rows(), weight.size());
   // dx = dy·W, split over dx's columns (in_features).
   detail::panelled_product(dx, dy, weight, /*accumulate=*/false, threads);
+  linear_backward_parameters<Scalar>(x, dy, dweight, dbias);
+}
+
+template <class Scalar>
+void linear_backward_parameters(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scalar>& dy,
+                                MatrixRef<Scalar> dweight, std::optional<VectorMap<Scalar>> dbias) {
+  const int threads = detail::threads_for_product(x.rows(), dweight.size());
   // dW += dyᵀ·x, written as dWᵀ += xᵀ·dy so that the split falls on dW's rows (out_features)
   // and each thread owns whole rows of the gradient.
   auto dweight_transposed = dweight.transpose();

@@ -82,6 +82,12 @@ class Linear {
   void backward_into(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy,
                      Tensor<Scalar, Rank>& dx);
 
+  /// The parameter half of backward: adds dyᵀ·x to dW and Σ dy to db, and skips dx = dy·W — for
+  /// a first layer whose input needs no gradient (PyTorch's requires_grad=False), where dx would
+  /// cost as much as the forward product. @throws ShapeError (gradients untouched) as backward.
+  template <std::size_t Rank>
+  void backward_parameters(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy);
+
   const Tensor<Scalar, 2>& weight_grad() const { return weight_grad_; }
   /// @throws Error if the layer was built without a bias.
   const Tensor<Scalar, 1>& bias_grad() const;
@@ -94,6 +100,10 @@ class Linear {
   void check_input(const char* op, const Tensor<Scalar, Rank>& x) const;
   template <std::size_t Rank>
   Shape<Rank> output_shape(const Shape<Rank>& x_shape) const;
+  template <std::size_t Rank>
+  void check_backward(const char* op, const Tensor<Scalar, Rank>& x,
+                      const Tensor<Scalar, Rank>& dy) const;
+  std::optional<VectorMap<Scalar>> bias_grad_view();
   void check_parameters(const char* op) const;
   std::optional<ConstVectorMap<Scalar>> bias_view() const;
 
@@ -313,12 +323,7 @@ template <class Scalar>
 template <std::size_t Rank>
 void Linear<Scalar>::backward_into(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy,
                                    Tensor<Scalar, Rank>& dx) {
-  check_input("backward", x);
-  if (dy.shape() != output_shape(x.shape())) {
-    throw ShapeError(detail::concat(
-        "Linear::backward: dy has shape ", format_shape(dy.shape()), " but forward(x) has shape ",
-        format_shape(output_shape(x.shape())), " (x: ", format_shape(x.shape()), ")"));
-  }
+  check_backward("backward", x, dy);
   if (dx.shape() != x.shape()) {
     throw ShapeError(detail::concat("Linear::backward: dx has shape ", format_shape(dx.shape()),
                                     " but x has shape ", format_shape(x.shape())));
@@ -328,10 +333,35 @@ void Linear<Scalar>::backward_into(const Tensor<Scalar, Rank>& x, const Tensor<S
         detail::concat("Linear::backward: dx aliases an input (x: ", format_shape(x.shape()),
                        ", dy: ", format_shape(dy.shape()), ")"));
   }
-  std::optional<VectorMap<Scalar>> dbias;
-  if (has_bias_) dbias.emplace(bias_grad_.data(), out_features_);
   linear_backward<Scalar>(x.matrix(), std::as_const(weight_).matrix(), dy.matrix(), dx.matrix(),
-                          weight_grad_.matrix(), dbias);
+                          weight_grad_.matrix(), bias_grad_view());
+}
+
+template <class Scalar>
+template <std::size_t Rank>
+void Linear<Scalar>::backward_parameters(const Tensor<Scalar, Rank>& x,
+                                         const Tensor<Scalar, Rank>& dy) {
+  check_backward("backward_parameters", x, dy);
+  linear_backward_parameters<Scalar>(x.matrix(), dy.matrix(), weight_grad_.matrix(),
+                                     bias_grad_view());
+}
+
+template <class Scalar>
+template <std::size_t Rank>
+void Linear<Scalar>::check_backward(const char* op, const Tensor<Scalar, Rank>& x,
+                                    const Tensor<Scalar, Rank>& dy) const {
+  check_input(op, x);
+  if (dy.shape() != output_shape(x.shape())) {
+    throw ShapeError(detail::concat(
+        "Linear::", op, ": dy has shape ", format_shape(dy.shape()), " but forward(x) has shape ",
+        format_shape(output_shape(x.shape())), " (x: ", format_shape(x.shape()), ")"));
+  }
+}
+
+template <class Scalar>
+std::optional<VectorMap<Scalar>> Linear<Scalar>::bias_grad_view() {
+  if (!has_bias_) return std::nullopt;
+  return VectorMap<Scalar>(bias_grad_.data(), out_features_);
 }
 
 template <class Scalar>
