@@ -13,6 +13,8 @@
 #include "dissect/init.hpp"
 #include "dissect/kernels.hpp"
 #include "dissect/linear.hpp"
+#include "dissect/loss.hpp"
+#include "dissect/optim.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/shape_chain.hpp"
 #include "dissect/tensor.hpp"

@@ -430,6 +430,10 @@ OPTIM_CASES = [
     ("sgd_momentum_dampening_wd", "sgd", dict(lr=0.05, momentum=0.9, dampening=0.1,
                                               weight_decay=0.01)),
     ("sgd_nesterov_wd", "sgd", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    # Each SGD branch once without weight decay too: it is a separate code path in dissect.
+    ("sgd_wd", "sgd", dict(lr=0.1, weight_decay=0.1)),
+    ("sgd_momentum_dampening", "sgd", dict(lr=0.1, momentum=0.9, dampening=0.5)),
+    ("sgd_nesterov", "sgd", dict(lr=0.1, momentum=0.9, nesterov=True)),
     ("adam", "adam", dict(lr=0.01)),
     ("adam_l2", "adam", dict(lr=0.01, weight_decay=0.1)),
     ("adam_betas_eps", "adam", dict(lr=0.01, betas=(0.5, 0.9), eps=1e-3)),

@@ -1,0 +1,434 @@
+// dissect/optim.hpp — optimizers: SGD (momentum, Nesterov, weight decay), Adam and AdamW.
+//
+// An optimizer updates a list of ParameterRefs (a value buffer, its gradient buffer and their
+// length), so it works for any layer; parameters(layer, …) collects a Linear's weight and bias.
+// The arithmetic follows torch.optim in PyTorch 1.13 step by step, in the parameter's own
+// precision. All state (momentum, moments) is allocated at construction: step() never allocates.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "dissect/error.hpp"
+#include "dissect/linear.hpp"
+#include "dissect/shape.hpp"
+#include "dissect/tensor.hpp"
+
+namespace dissect {
+
+// ---- declarations -------------------------------------------------------------------------------
+
+/// One trainable buffer as an optimizer sees it: `size` values at `value` and their gradient at
+/// `grad`. It points into tensors it does not own: collect references after the last
+/// set_weight/set_bias (which replace the buffers) and keep the tensors alive while it is used.
+/// Moving a Tensor or a Linear keeps its buffers, so references survive moves.
+template <class Scalar>
+struct ParameterRef {
+  Scalar* value = nullptr;
+  Scalar* grad = nullptr;
+  index_t size = 0;
+  std::string name{};  ///< for messages, e.g. "1.weight"
+};
+
+/// A reference to `value` and its gradient `grad`.
+/// @throws ShapeError naming the parameter if the shapes differ.
+template <class Scalar, std::size_t Rank>
+ParameterRef<Scalar> parameter(Tensor<Scalar, Rank>& value, Tensor<Scalar, Rank>& grad,
+                               std::string name = {});
+
+/// The weight and (if present) bias of each layer, in order, named like nn.Sequential's
+/// state_dict: "0.weight", "0.bias", "1.weight", …
+template <class Scalar, class... More>
+std::vector<ParameterRef<Scalar>> parameters(Linear<Scalar>& first, More&... more);
+
+/// The same for layers held in a vector (an MLP's stack): "0.weight", "0.bias", "1.weight", …
+template <class Scalar>
+std::vector<ParameterRef<Scalar>> parameters(std::vector<Linear<Scalar>>& layers);
+
+/// What every optimizer offers. Not copyable: it holds references into other objects' buffers.
+template <class Scalar>
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  /// One update of every parameter from its current gradient.
+  virtual void step() = 0;
+  /// Sets every gradient to zero (gradients accumulate until then, as in PyTorch).
+  void zero_grad();
+  double lr() const { return lr_; }
+  /// For schedules. @throws ConfigError if lr < 0 or not finite.
+  void set_lr(double lr);
+  /// Number of step() calls so far.
+  index_t step_count() const { return steps_; }
+  const std::vector<ParameterRef<Scalar>>& parameters() const { return parameters_; }
+  /// Σ size over the parameters.
+  index_t parameter_count() const;
+
+ protected:
+  /// @throws ShapeError for a negative size; Error for a null buffer or for buffers (values or
+  ///         gradients, of any parameters) that overlap; ConfigError for a bad lr.
+  Optimizer(const char* name, std::vector<ParameterRef<Scalar>> parameters, double lr);
+  /// One state buffer per parameter, zero-filled, allocated once.
+  std::vector<Tensor<Scalar, 1>> make_state() const;
+
+  const char* name_;
+  std::vector<ParameterRef<Scalar>> parameters_;
+  double lr_;
+  index_t steps_ = 0;
+};
+
+struct SgdOptions {
+  double lr = 0.01;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;  ///< L2: weight_decay·param is added to the gradient
+  bool nesterov = false;
+};
+
+/// torch.optim.SGD: g = grad + wd·p; buf = g on the first step, then
+/// buf = momentum·buf + (1 − dampening)·g; g = nesterov ? g + momentum·buf : buf; p −= lr·g.
+template <class Scalar>
+class Sgd final : public Optimizer<Scalar> {
+ public:
+  /// @throws ConfigError for lr, momentum or weight_decay < 0, or nesterov without momentum or
+  ///         with dampening; and as Optimizer for bad parameter references.
+  Sgd(std::vector<ParameterRef<Scalar>> parameters, SgdOptions options = {});
+  void step() override;
+  const SgdOptions& options() const { return options_; }
+
+ private:
+  SgdOptions options_;
+  std::vector<Tensor<Scalar, 1>> momentum_;  // empty without momentum
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  /// false: Adam's L2 term (wd·p added to the gradient); true: AdamW's p ← p·(1 − lr·wd).
+  bool decoupled_weight_decay = false;
+};
+
+/// torch.optim.Adam / AdamW: m = β1·m + (1 − β1)·g; v = β2·v + (1 − β2)·g²;
+/// p −= lr/(1 − β1ᵗ) · m / (√v / √(1 − β2ᵗ) + eps). eps is added after the bias correction of
+/// √v, as PyTorch does (not to √v̂ before it).
+template <class Scalar>
+class Adam : public Optimizer<Scalar> {
+ public:
+  /// @throws ConfigError for lr, eps or weight_decay < 0 or betas outside [0, 1); and as
+  ///         Optimizer for bad parameter references.
+  Adam(std::vector<ParameterRef<Scalar>> parameters, AdamOptions options = {});
+  void step() override;
+  const AdamOptions& options() const { return options_; }
+
+ protected:
+  Adam(const char* name, std::vector<ParameterRef<Scalar>> parameters, AdamOptions options);
+
+ private:
+  AdamOptions options_;
+  std::vector<Tensor<Scalar, 1>> exp_avg_;     // m
+  std::vector<Tensor<Scalar, 1>> exp_avg_sq_;  // v
+};
+
+/// torch.optim.AdamW's defaults: decoupled weight decay 1e-2.
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+};
+
+/// Adam with decoupled weight decay (Loshchilov & Hutter 2019), as torch.optim.AdamW.
+template <class Scalar>
+class AdamW final : public Adam<Scalar> {
+ public:
+  AdamW(std::vector<ParameterRef<Scalar>> parameters, AdamWOptions options = {});
+};
+
+// ---- implementation -----------------------------------------------------------------------------
+
+namespace detail {
+
+template <class Scalar>
+using ArrayMap = Eigen::Map<Eigen::Array<Scalar, Eigen::Dynamic, 1>, Eigen::Unaligned>;
+
+template <class Scalar>
+ArrayMap<Scalar> array_of(Scalar* data, index_t size) {
+  return ArrayMap<Scalar>(data, size);
+}
+
+template <class Scalar>
+std::string describe_parameter(std::size_t index, const ParameterRef<Scalar>& parameter) {
+  return parameter.name.empty() ? concat("parameter ", index)
+                                : concat("parameter ", index, " (\"", parameter.name, "\")");
+}
+
+inline void check_hyperparameter(const char* op, const char* field, double value, double low,
+                                 double high, bool high_inclusive) {
+  const bool ok =
+      std::isfinite(value) && value >= low && (high_inclusive ? value <= high : value < high);
+  if (!ok) {
+    throw ConfigError(concat(op, ": ", field, " must be in [", low, ", ", high,
+                             high_inclusive ? "]" : ")", ", got ", value));
+  }
+}
+
+inline constexpr double unbounded = std::numeric_limits<double>::infinity();
+
+template <class Scalar>
+void append_parameters(std::vector<ParameterRef<Scalar>>& out, Linear<Scalar>& layer,
+                       std::size_t position) {
+  const std::string prefix = std::to_string(position) + ".";
+  out.push_back(parameter(layer.weight(), layer.weight_grad(), prefix + "weight"));
+  if (layer.has_bias()) out.push_back(parameter(layer.bias(), layer.bias_grad(), prefix + "bias"));
+}
+
+}  // namespace detail
+
+template <class Scalar, std::size_t Rank>
+ParameterRef<Scalar> parameter(Tensor<Scalar, Rank>& value, Tensor<Scalar, Rank>& grad,
+                               std::string name) {
+  if (value.shape() != grad.shape()) {
+    throw ShapeError(detail::concat("parameter: \"", name, "\" has shape ",
+                                    format_shape(value.shape()), " but its gradient has shape ",
+                                    format_shape(grad.shape())));
+  }
+  return {value.data(), grad.data(), value.size(), std::move(name)};
+}
+
+template <class Scalar, class... More>
+std::vector<ParameterRef<Scalar>> parameters(Linear<Scalar>& first, More&... more) {
+  static_assert((std::is_same_v<More, Linear<Scalar>> && ...),
+                "dissect::parameters: every layer must be a Linear of the same scalar type");
+  std::vector<ParameterRef<Scalar>> result;
+  std::size_t position = 0;
+  detail::append_parameters(result, first, position++);
+  (detail::append_parameters(result, more, position++), ...);
+  return result;
+}
+
+template <class Scalar>
+std::vector<ParameterRef<Scalar>> parameters(std::vector<Linear<Scalar>>& layers) {
+  std::vector<ParameterRef<Scalar>> result;
+  for (std::size_t i = 0; i < layers.size(); ++i) detail::append_parameters(result, layers[i], i);
+  return result;
+}
+
+template <class Scalar>
+Optimizer<Scalar>::Optimizer(const char* name, std::vector<ParameterRef<Scalar>> parameters,
+                             double lr)
+    : name_(name), parameters_(std::move(parameters)), lr_(lr) {
+  detail::check_hyperparameter(name_, "lr", lr, 0, detail::unbounded, false);
+  // Every value and gradient range, tagged with its parameter, so that overlaps between any two
+  // of them (a parameter listed twice, a gradient aliasing a value) can be named.
+  struct Range {
+    const Scalar* begin;
+    const Scalar* end;
+    std::size_t parameter;
+    const char* what;
+  };
+  std::vector<Range> ranges;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    const auto& p = parameters_[i];
+    if (p.size < 0) {
+      throw ShapeError(detail::concat(name_, ": ", detail::describe_parameter(i, p),
+                                      " has negative size ", p.size));
+    }
+    if (p.size == 0) continue;
+    if (!p.value || !p.grad) {
+      throw Error(detail::concat(name_, ": ", detail::describe_parameter(i, p), " has a null ",
+                                 p.value ? "grad" : "value", " pointer"));
+    }
+    ranges.push_back({p.value, p.value + p.size, i, "value"});
+    ranges.push_back({p.grad, p.grad + p.size, i, "grad"});
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+    return std::less<const Scalar*>{}(a.begin, b.begin);
+  });
+  for (std::size_t k = 1; k < ranges.size(); ++k) {
+    const Range& a = ranges[k - 1];
+    const Range& b = ranges[k];
+    if (std::less<const Scalar*>{}(b.begin, a.end)) {
+      throw Error(detail::concat(name_, ": the ", a.what, " of ",
+                                 detail::describe_parameter(a.parameter, parameters_[a.parameter]),
+                                 " overlaps the ", b.what, " of ",
+                                 detail::describe_parameter(b.parameter, parameters_[b.parameter]),
+                                 "; every buffer must appear once"));
+    }
+  }
+}
+
+template <class Scalar>
+void Optimizer<Scalar>::zero_grad() {
+  for (const auto& p : parameters_) {
+    if (p.size > 0) std::memset(p.grad, 0, static_cast<std::size_t>(p.size) * sizeof(Scalar));
+  }
+}
+
+template <class Scalar>
+void Optimizer<Scalar>::set_lr(double lr) {
+  detail::check_hyperparameter(name_, "lr", lr, 0, detail::unbounded, false);
+  lr_ = lr;
+}
+
+template <class Scalar>
+index_t Optimizer<Scalar>::parameter_count() const {
+  index_t count = 0;
+  for (const auto& p : parameters_) count += p.size;
+  return count;
+}
+
+template <class Scalar>
+std::vector<Tensor<Scalar, 1>> Optimizer<Scalar>::make_state() const {
+  std::vector<Tensor<Scalar, 1>> state;
+  state.reserve(parameters_.size());
+  for (const auto& p : parameters_) state.emplace_back(Shape<1>{p.size});
+  return state;
+}
+
+// ---- SGD ----------------------------------------------------------------------------------------
+
+template <class Scalar>
+Sgd<Scalar>::Sgd(std::vector<ParameterRef<Scalar>> parameters, SgdOptions options)
+    : Optimizer<Scalar>("Sgd", std::move(parameters), options.lr), options_(options) {
+  using detail::check_hyperparameter;
+  using detail::unbounded;
+  check_hyperparameter("Sgd", "momentum", options.momentum, 0, unbounded, false);
+  check_hyperparameter("Sgd", "dampening", options.dampening, -unbounded, unbounded, false);
+  check_hyperparameter("Sgd", "weight_decay", options.weight_decay, 0, unbounded, false);
+  if (options.nesterov && (options.momentum <= 0 || options.dampening != 0)) {
+    throw ConfigError(
+        detail::concat("Sgd: nesterov needs momentum > 0 and dampening 0, got "
+                       "momentum ",
+                       options.momentum, " and dampening ", options.dampening));
+  }
+  if (options.momentum != 0) momentum_ = this->make_state();
+}
+
+template <class Scalar>
+void Sgd<Scalar>::step() {
+  const bool first = this->steps_ == 0;
+  // torch converts each Python-float coefficient to the tensor's dtype before the elementwise
+  // op; doing the same keeps float runs on the same rounding path.
+  const auto neg_lr = static_cast<Scalar>(-this->lr_);
+  const auto momentum = static_cast<Scalar>(options_.momentum);
+  const auto keep = static_cast<Scalar>(1 - options_.dampening);
+  const auto decay = static_cast<Scalar>(options_.weight_decay);
+  for (std::size_t i = 0; i < this->parameters_.size(); ++i) {
+    const auto& p = this->parameters_[i];
+    auto value = detail::array_of(p.value, p.size);
+    auto grad = detail::array_of(p.grad, p.size);
+    // Each branch is one fused pass over memory; the weight-decay term is recomputed rather than
+    // stored, so no temporary buffer is needed.
+    if (options_.momentum == 0) {
+      if (decay != 0) {
+        value += neg_lr * (grad + decay * value);
+      } else {
+        value += neg_lr * grad;
+      }
+      continue;
+    }
+    auto buf = detail::array_of(momentum_[i].data(), p.size);
+    if (decay != 0) {
+      if (first) {
+        buf = grad + decay * value;
+      } else {
+        buf = momentum * buf + keep * (grad + decay * value);
+      }
+    } else if (first) {
+      buf = grad;
+    } else {
+      buf = momentum * buf + keep * grad;
+    }
+    if (options_.nesterov) {
+      if (decay != 0) {
+        value += neg_lr * ((grad + decay * value) + momentum * buf);
+      } else {
+        value += neg_lr * (grad + momentum * buf);
+      }
+    } else {
+      value += neg_lr * buf;
+    }
+  }
+  ++this->steps_;
+}
+
+// ---- Adam and AdamW -----------------------------------------------------------------------------
+
+template <class Scalar>
+Adam<Scalar>::Adam(std::vector<ParameterRef<Scalar>> parameters, AdamOptions options)
+    : Adam("Adam", std::move(parameters), options) {}
+
+template <class Scalar>
+Adam<Scalar>::Adam(const char* name, std::vector<ParameterRef<Scalar>> parameters,
+                   AdamOptions options)
+    : Optimizer<Scalar>(name, std::move(parameters), options.lr), options_(options) {
+  using detail::check_hyperparameter;
+  check_hyperparameter(name, "beta1", options.beta1, 0, 1, false);
+  check_hyperparameter(name, "beta2", options.beta2, 0, 1, false);
+  check_hyperparameter(name, "eps", options.eps, 0, detail::unbounded, false);
+  check_hyperparameter(name, "weight_decay", options.weight_decay, 0, detail::unbounded, false);
+  exp_avg_ = this->make_state();
+  exp_avg_sq_ = this->make_state();
+}
+
+template <class Scalar>
+void Adam<Scalar>::step() {
+  const index_t t = ++this->steps_;
+  const double lr = this->lr_;
+  // The bias corrections are scalars computed in double, as torch computes them in Python.
+  const double bias_correction1 = 1 - std::pow(options_.beta1, static_cast<double>(t));
+  const double bias_correction2 = 1 - std::pow(options_.beta2, static_cast<double>(t));
+  const auto neg_step_size = static_cast<Scalar>(-(lr / bias_correction1));
+  const auto bias_correction2_sqrt = static_cast<Scalar>(std::sqrt(bias_correction2));
+  const auto beta1 = static_cast<Scalar>(options_.beta1);
+  const auto beta2 = static_cast<Scalar>(options_.beta2);
+  const auto one_minus_beta1 = static_cast<Scalar>(1 - options_.beta1);
+  const auto one_minus_beta2 = static_cast<Scalar>(1 - options_.beta2);
+  const auto eps = static_cast<Scalar>(options_.eps);
+  const auto decay = static_cast<Scalar>(options_.weight_decay);
+  const auto shrink = static_cast<Scalar>(1 - lr * options_.weight_decay);
+  const bool decoupled = options_.decoupled_weight_decay;
+  for (std::size_t i = 0; i < this->parameters_.size(); ++i) {
+    const auto& p = this->parameters_[i];
+    auto value = detail::array_of(p.value, p.size);
+    auto grad = detail::array_of(p.grad, p.size);
+    auto m = detail::array_of(exp_avg_[i].data(), p.size);
+    auto v = detail::array_of(exp_avg_sq_[i].data(), p.size);
+    if (decoupled && decay != 0) value *= shrink;
+    if (!decoupled && decay != 0) {
+      // L2 gradient g + wd·p, recomputed in each expression instead of stored.
+      m = beta1 * m + one_minus_beta1 * (grad + decay * value);
+      v = beta2 * v + one_minus_beta2 * (grad + decay * value).square();
+    } else {
+      m = beta1 * m + one_minus_beta1 * grad;
+      v = beta2 * v + one_minus_beta2 * grad.square();
+    }
+    value += (neg_step_size * m) / (v.sqrt() / bias_correction2_sqrt + eps);
+  }
+}
+
+template <class Scalar>
+AdamW<Scalar>::AdamW(std::vector<ParameterRef<Scalar>> parameters, AdamWOptions options)
+    : Adam<Scalar>("AdamW", std::move(parameters),
+                   AdamOptions{.lr = options.lr,
+                               .beta1 = options.beta1,
+                               .beta2 = options.beta2,
+                               .eps = options.eps,
+                               .weight_decay = options.weight_decay,
+                               .decoupled_weight_decay = true}) {}
+
+}  // namespace dissect
