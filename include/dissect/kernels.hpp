@@ -75,10 +75,8 @@ template <class Scalar>
 void linear_backward_parameters(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scalar>& dy,
                                 MatrixRef<Scalar> dweight, std::optional<VectorMap<Scalar>> dbias) {
   const int threads = detail::threads_for_product(x.rows(), dweight.size());
-  // dW += dyᵀ·x, written as dWᵀ += xᵀ·dy so that the split falls on dW's rows (out_features)
-  // and each thread owns whole rows of the gradient.
-  auto dweight_transposed = dweight.transpose();
-  detail::panelled_product(dweight_transposed, x.transpose(), dy, /*accumulate=*/true, threads);
+  // dW += dyᵀ·x, split over dW's columns (in_features): threads own disjoint column blocks.
+  detail::panelled_product(dweight, dy.transpose(), x, /*accumulate=*/true, threads);
   if (dbias) *dbias += dy.colwise().sum().transpose();  // db += Σ_m dy
 }
 

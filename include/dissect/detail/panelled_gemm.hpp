@@ -55,6 +55,14 @@ void panelled_product(Dst&& dst, const Lhs& lhs, const Rhs& rhs, bool accumulate
     return;
   }
   if (columns == 0 || dst.rows() == 0) return;
+  if (threads == 1 && columns <= gemm_column_panel) {  // one panel: exactly the plain expression
+    if (accumulate) {
+      dst.noalias() += lhs * rhs;
+    } else {
+      dst.noalias() = lhs * rhs;
+    }
+    return;
+  }
   // As many panels as needed to stay under the width cap, rounded up to a multiple of the
   // thread count so that every thread gets the same share.
   index_t panels = (columns + gemm_column_panel - 1) / gemm_column_panel;
