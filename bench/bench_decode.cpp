@@ -139,11 +139,5 @@ void register_all() {
 }  // namespace dissect::bench
 
 int main(int argc, char** argv) {
-  dissect::bench::print_context();
-  dissect::bench::register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return dissect::bench::run_benchmarks(argc, argv, dissect::bench::register_all);
 }

@@ -140,4 +140,15 @@ inline void verify_rows(const char* what, const Tensor<float, 2>& x, const Tenso
   }
 }
 
+/// A benchmark binary's main: the context first, then the benchmarks `register_all` adds.
+inline int run_benchmarks(int argc, char** argv, void (*register_all)()) {
+  print_context();
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
+
 }  // namespace dissect::bench

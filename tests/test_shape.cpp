@@ -13,6 +13,13 @@ TEST(Shape, FormatsLikeTheMessagesPrintIt) {
   EXPECT_EQ(format_shape(Shape<1>{0}), "[0]");
 }
 
+TEST(Shape, CountsPrintWithThousandsGrouped) {
+  EXPECT_EQ(format_count(1'073'741'824), "1,073,741,824");
+  EXPECT_EQ(format_count(999), "999");
+  EXPECT_EQ(format_count(-1234567), "-1,234,567");
+  EXPECT_EQ(format_count(0), "0");
+}
+
 TEST(Shape, ElementCountMultipliesExtents) {
   EXPECT_EQ(element_count(Shape<3>{2, 3, 4}), 24);
   EXPECT_EQ(element_count(Shape<2>{0, 7}), 0);

@@ -79,9 +79,6 @@ double parse_fraction(std::string_view text, std::string_view field);
 
 // ---- printing -----------------------------------------------------------------------------------
 
-/// "1,073,741,824" — digits grouped by thousands, for exact byte and parameter counts.
-std::string format_count(index_t value);
-
 /// Three significant digits in the largest decimal unit that keeps the value >= 1:
 /// "1.07 GB", "524 kB", "14.0 GB", "-2.00 GB", "0 B".
 std::string format_decimal_bytes(index_t bytes);
@@ -439,17 +436,6 @@ inline double parse_fraction(std::string_view text, std::string_view field) {
 }
 
 // ---- implementation: printing -------------------------------------------------------------------
-
-inline std::string format_count(index_t value) {
-  const std::string digits = std::to_string(value);
-  const std::size_t sign = value < 0 ? 1 : 0;
-  std::string out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > sign && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
 
 namespace detail {
 

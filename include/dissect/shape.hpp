@@ -35,6 +35,19 @@ std::string format_shape(const Shape<Rank>& shape) {
   return out.str();
 }
 
+/// "1,073,741,824": digits grouped by thousands, for exact element, byte, parameter and FLOP
+/// counts in messages and tables.
+inline std::string format_count(index_t value) {
+  const std::string digits = std::to_string(value);
+  const std::size_t sign = value < 0 ? 1 : 0;
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > sign && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
 /// a · b, or a ShapeError naming `what` if the product leaves int64. Both must be >= 0.
 inline index_t checked_mul(index_t a, index_t b, std::string_view what) {
   index_t product = 0;

@@ -222,18 +222,6 @@ inline std::string pad_left(const std::string& text, std::size_t width) {
   return used < width ? std::string(width - used, ' ') + text : text;
 }
 
-/// "1,073,741,824": FLOP counts are exact integers, and grouping keeps them readable.
-inline std::string grouped(index_t value) {
-  const std::string digits = std::to_string(value);
-  const std::size_t sign = value < 0 ? 1 : 0;
-  std::string out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > sign && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
 template <class Item>
 std::string bracketed(std::span<const Item> items) {
   std::ostringstream out;
@@ -614,7 +602,6 @@ inline index_t ShapeChain::flops_of(StepKind kind) const {
 
 inline std::string ShapeChain::table() const {
   using detail::chain::display_width;
-  using detail::chain::grouped;
   constexpr std::size_t columns = 6;
   using Row = std::array<std::string, columns>;
   std::vector<Row> rows;
@@ -623,7 +610,8 @@ inline std::string ShapeChain::table() const {
   for (const ChainStep& step : steps_) {
     any_per_layer = any_per_layer || step.cost.per_layer;
     rows.push_back({step.stage, step.operation, step.shape.symbolic_text(),
-                    step.shape.numeric_text(), step.cost.flops > 0 ? grouped(step.cost.flops) : "-",
+                    step.shape.numeric_text(),
+                    step.cost.flops > 0 ? format_count(step.cost.flops) : "-",
                     step.cost.per_layer ? "×L" : ""});
   }
   std::array<std::size_t, columns> width{};
@@ -652,13 +640,14 @@ inline std::string ShapeChain::table() const {
   out += "FLOPs: 2·M·N·K per matrix product, one pass of the step";
   if (any_per_layer) out += detail::concat("; ×L: once in each layer, L = ", dims_.size_of("L"));
   out += ";\n\"-\": lookups and elementwise steps, not counted.\n";
-  out += "total: " + grouped(total_flops_) + " FLOPs";
+  out += "total: " + format_count(total_flops_) + " FLOPs";
   const index_t linear = flops_of(StepKind::linear);
   const index_t attention = flops_of(StepKind::attention);
   const index_t other = flops_of(StepKind::other);
   if (linear > 0 || attention > 0) {
-    out += " = linear steps " + grouped(linear) + " + attention products " + grouped(attention);
-    if (other > 0) out += " + other " + grouped(other);
+    out += " = linear steps " + format_count(linear) + " + attention products " +
+           format_count(attention);
+    if (other > 0) out += " + other " + format_count(other);
   }
   out += '\n';
 
@@ -753,9 +742,9 @@ inline ShapeChain forward_shape_chain(const TransformerConfig& config, index_t b
                linear(head_weights, false));
   chain.record("sampling", "B T", "softmax + sample");
 
-  using detail::chain::grouped;
-  chain.add_note(detail::concat("linear steps = 2 · ", grouped(linear_weights), " weights · ",
-                                grouped(n), " tokens, the weights being W_Q, W_K, W_V, W_O and"));
+  chain.add_note(detail::concat("linear steps = 2 · ", format_count(linear_weights), " weights · ",
+                                format_count(n),
+                                " tokens, the weights being W_Q, W_K, W_V, W_O and"));
   chain.add_note("  the FFN matrices × L, plus the V·D head (no biases, norms or embeddings)");
   chain.add_note(
       "attention products = 2 · 2·B·H·T²·d_k per layer (full T×T: the causal mask is not used)");

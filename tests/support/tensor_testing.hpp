@@ -27,8 +27,12 @@ namespace dissect::testing {
 class SingleThreadedScope {
  public:
 #ifdef _OPENMP
-  SingleThreadedScope() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
-  ~SingleThreadedScope() { omp_set_num_threads(saved_); }
+  SingleThreadedScope() : saved_(omp_get_max_threads()) {
+    omp_set_num_threads(1);
+  }
+  ~SingleThreadedScope() {
+    omp_set_num_threads(saved_);
+  }
 
  private:
   int saved_;
