@@ -196,7 +196,7 @@ dissect::TransformerConfig config_from(const Options& o) {
   if (o.ffn)
     c.d_ff = *o.ffn;
   else if (!o.preset && o.d_model)
-    c.d_ff = dissect::detail::checked_product(4, *o.d_model, "--ffn");
+    c.d_ff = dissect::checked_mul(4, *o.d_model, "--ffn");
   if (o.vocab) c.vocab = *o.vocab;
   if (o.context) c.context = *o.context;
   if (o.tied) c.tied_embeddings = *o.tied;
@@ -227,7 +227,7 @@ Model build_model(const Options& o) {
     model.size = {*o.params, c.n_layers, c.n_heads, c.kv_heads(), c.head_size()};
     // Without D, assume H·d_k = D, as in every preset.
     model.d_model = c.d_model > 0 ? c.d_model
-                                  : dissect::detail::checked_product(c.n_heads, c.head_size(),
+                                  : dissect::checked_mul(c.n_heads, c.head_size(),
                                                                      "--heads * --head-dim");
     model.label += " with --params";
     return model;

@@ -72,7 +72,7 @@ TEST(BytesFor, Int4PacksTwoPerByteAndRoundsUp) {
 }
 
 TEST(BytesFor, OverflowAndNegativeCountsAreConfigErrors) {
-  EXPECT_THROW_WITH(bytes_for(kMax / 2, Dtype::fp32, "weights"), ConfigError,
+  EXPECT_THROW_WITH(bytes_for(kMax / 2, Dtype::fp32, "weights"), OverflowError,
                     "weights: overflows int64");
   EXPECT_THROW_WITH(bytes_for(-1, Dtype::fp16, "weights"), ConfigError,
                     "weights: negative element count -1");
@@ -322,14 +322,14 @@ TEST(Budget, TotalsThatOverflowAreConfigErrors) {
   // Weights: (2⁶² + 1) parameters · 2 B > 2⁶³.
   EXPECT_THROW_WITH(
       compute_budget(ModelSize{(index_t{1} << 62) + 1, 32, 32, 32, 128}, lesson_inputs()),
-      ConfigError, "weight_bytes: overflows int64");
+      OverflowError, "weight_bytes: overflows int64");
   // KV: 2 · 2²⁰ layers · 2³⁰ tokens · 32 · 128 · 2 B = 2⁶⁵.
   EXPECT_THROW_WITH(kv_cache_bytes(index_t{1} << 20, index_t{1} << 30, 32, 128, Dtype::fp16),
-                    ConfigError, "kv_cache_bytes: overflows int64");
+                    OverflowError, "kv_cache_bytes: overflows int64");
   // Attention FLOPs: 4 · 32 · T² · 32 · 128 with T = 2²⁶ is 2¹⁹ · 2⁵² = 2⁷¹.
   BudgetInputs long_context = lesson_inputs();
   long_context.context = index_t{1} << 26;
-  EXPECT_THROW_WITH(compute_budget(lesson_model(), long_context), ConfigError,
+  EXPECT_THROW_WITH(compute_budget(lesson_model(), long_context), OverflowError,
                     "prefill_attention_flops: overflows int64");
   // A KV cache of nearly 2⁶³ bytes on a 1-byte card: free − KV would pass −2⁶³ and must not
   // wrap. 4 parameters → 8 B of weights, free = 1 − 8 = −7; KV = 2 · (2⁶¹ − 1) · 2 B = 2⁶³ − 4.
@@ -337,7 +337,7 @@ TEST(Budget, TotalsThatOverflowAreConfigErrors) {
   tiny.memory_bytes = 1;
   tiny.context = 1;
   EXPECT_THROW_WITH(compute_budget(ModelSize{4, 1, 1, 1, (index_t{1} << 61) - 1}, tiny),
-                    ConfigError, "free_after_first: overflows int64");
+                    OverflowError, "free_after_first: overflows int64");
 }
 
 // ---- parsing ------------------------------------------------------------------------------------

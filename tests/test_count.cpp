@@ -44,14 +44,14 @@ TEST(ApproxParameters, ExceedsUint32ForA7bShape) {
   EXPECT_GT(approx_parameters(4096, 32), index_t{std::numeric_limits<std::uint32_t>::max()});
 }
 
-TEST(ApproxParameters, OverflowIsAConfigError) {
+TEST(ApproxParameters, OverflowIsAnOverflowError) {
   // D = 2²¹, L = 2²⁰: 12 · 2⁴² · 2²⁰ = 12 · 2⁶² > 2⁶³.
-  EXPECT_THROW_WITH(approx_parameters(index_t{1} << 21, index_t{1} << 20), ConfigError,
+  EXPECT_THROW_WITH(approx_parameters(index_t{1} << 21, index_t{1} << 20), OverflowError,
                     "overflows int64");
   // The boundary: 12 · (2²⁸)² · 10 = 120 · 2⁵⁶ = 8,646,911,284,551,352,320 < 2⁶³ = 128 · 2⁵⁶,
   // while L = 11 gives 132 · 2⁵⁶ > 2⁶³.
   EXPECT_EQ(approx_parameters(index_t{1} << 28, 10), 8'646'911'284'551'352'320);
-  EXPECT_THROW_WITH(approx_parameters(index_t{1} << 28, 11), ConfigError, "overflows int64");
+  EXPECT_THROW_WITH(approx_parameters(index_t{1} << 28, 11), OverflowError, "overflows int64");
 }
 
 TEST(ApproxParameters, NonPositiveSizesAreConfigErrors) {
@@ -187,7 +187,7 @@ TEST(CountParameters, InvalidConfigIsAConfigErrorNamingTheField) {
   EXPECT_THROW_WITH(count_parameters(c), ConfigError, "vocab must be > 0");
 }
 
-TEST(CountParameters, OverflowIsAConfigErrorNeverAWrappedNumber) {
+TEST(CountParameters, OverflowIsAnOverflowErrorNeverAWrappedNumber) {
   // reliability.md row 16: D = 2²¹, L = 2²⁰. One layer alone is fine (12 · 2⁴² ≈ 5.3e13); the
   // product with L is not.
   TransformerConfig c = find_preset("llama-7b").config;
@@ -195,16 +195,16 @@ TEST(CountParameters, OverflowIsAConfigErrorNeverAWrappedNumber) {
   c.n_heads = 16;
   c.d_ff = index_t{1} << 21;
   c.n_layers = index_t{1} << 20;
-  EXPECT_THROW_WITH(count_parameters(c), ConfigError, "count_parameters layers: overflows int64");
+  EXPECT_THROW_WITH(count_parameters(c), OverflowError, "count_parameters layers: overflows int64");
   // Overflow inside one layer: D = F = 2³² makes D·F = 2⁶⁴.
   c.n_layers = 1;
   c.d_model = index_t{1} << 32;
   c.d_ff = index_t{1} << 32;
-  EXPECT_THROW_WITH(count_parameters(c), ConfigError, "overflows int64");
+  EXPECT_THROW_WITH(count_parameters(c), OverflowError, "overflows int64");
   // A vocabulary whose embedding alone overflows.
   c = find_preset("gpt2-small").config;
   c.vocab = std::numeric_limits<index_t>::max() / 2;
-  EXPECT_THROW_WITH(count_parameters(c), ConfigError,
+  EXPECT_THROW_WITH(count_parameters(c), OverflowError,
                     "count_parameters embedding: overflows int64");
 }
 

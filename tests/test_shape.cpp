@@ -41,7 +41,7 @@ TEST(Shape, OverflowIsAShapeErrorNotAWrappedNumber) {
   // 2^32 · 2^32 = 2^64 does not fit in int64.
   EXPECT_THROW_WITH(element_count(Shape<2>{1LL << 32, 1LL << 32}), ShapeError,
                     "overflows int64 at axis 1");
-  EXPECT_THROW_WITH(checked_mul(1LL << 62, 4, "bytes"), ShapeError, "bytes: size overflows int64");
+  EXPECT_THROW_WITH(checked_mul(1LL << 62, 4, "bytes"), ShapeError, "bytes: overflows int64");
   EXPECT_EQ(checked_mul(1LL << 31, 1LL << 31, "ok"), 1LL << 62);
 }
 

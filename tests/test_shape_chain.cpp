@@ -300,7 +300,7 @@ TEST(ShapeChainRecord, BadCostsAreErrorsAndRecordNothing) {
   const index_t big = std::numeric_limits<index_t>::max() - 10;
   chain.record("big", "B T", "", {big});
   EXPECT_THROW_WITH(chain.record("more", "B T", "", {11}), ShapeError,
-                    "stage \"more\": total FLOPs overflow int64");
+                    "stage \"more\": total FLOPs: overflows int64");
   ASSERT_EQ(chain.steps().size(), 1u);
   EXPECT_EQ(chain.total_flops(), big);
 
@@ -447,7 +447,7 @@ TEST(ForwardShapeChain, ImpossibleInputsAreConfigErrors) {
   huge.d_ff = index_t{1} << 23;
   huge.n_layers = index_t{1} << 20;
   huge.n_heads = 16;
-  EXPECT_THROW_WITH(forward_shape_chain(huge, 1, 8), ConfigError, "overflows int64");
+  EXPECT_THROW_WITH(forward_shape_chain(huge, 1, 8), OverflowError, "overflows int64");
 }
 
 TEST(ForwardShapeChain, LessonToyTablePrintsExactly) {

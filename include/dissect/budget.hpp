@@ -22,7 +22,6 @@
 
 #include "dissect/config.hpp"
 #include "dissect/count.hpp"
-#include "dissect/detail/checked.hpp"
 #include "dissect/error.hpp"
 #include "dissect/shape.hpp"
 
@@ -231,7 +230,7 @@ constexpr std::string_view dtype_name(Dtype dtype) {
 inline index_t bytes_for(index_t elements, Dtype dtype, std::string_view what) {
   if (elements < 0) throw ConfigError(detail::concat(what, ": negative element count ", elements));
   const int bits = dtype_bits(dtype);
-  if (bits % 8 == 0) return detail::checked_product(elements, bits / 8, what);
+  if (bits % 8 == 0) return checked_mul(elements, bits / 8, what);
   // Sub-byte: ceil(elements · bits / 8) without forming elements · bits, which could overflow.
   const index_t per_byte = 8 / bits;
   return elements / per_byte + (elements % per_byte != 0 ? 1 : 0);
@@ -519,8 +518,8 @@ inline index_t kv_cache_bytes(index_t n_layers, index_t context, index_t n_kv_he
                                      ", H_kv ", n_kv_heads, ", d_k ", head_dim, ")"));
   }
   // The 2 is K and V: forgetting it is the lesson's first failure mode.
-  return bytes_for(detail::checked_product({2, n_layers, context, n_kv_heads, head_dim}, what),
-                   dtype, what);
+  return bytes_for(checked_product({2, n_layers, context, n_kv_heads, head_dim}, what), dtype,
+                   what);
 }
 
 namespace detail {
@@ -555,7 +554,7 @@ inline TrainingMemory adam_memory(index_t parameters, Dtype weight_dtype) {
   memory.weights = bytes_for(parameters, weight_dtype, what);
   memory.gradients = memory.weights;
   if (weight_dtype != Dtype::fp32) memory.master_weights = bytes_for(parameters, Dtype::fp32, what);
-  memory.adam_moments = checked_product(2, bytes_for(parameters, Dtype::fp32, what), what);
+  memory.adam_moments = checked_mul(2, bytes_for(parameters, Dtype::fp32, what), what);
   memory.total = checked_sum(
       {memory.weights, memory.gradients, memory.master_weights, memory.adam_moments}, what);
   return memory;
@@ -575,10 +574,10 @@ inline Budget compute_budget(const ModelSize& model, const BudgetInputs& inputs)
       kv_cache_bytes(model.n_layers, 1, model.n_kv_heads, model.head_dim, inputs.kv_dtype);
   budget.kv_bytes_per_sequence =
       kv_cache_bytes(model.n_layers, T, model.n_kv_heads, model.head_dim, inputs.kv_dtype);
-  budget.prefill_flops = detail::checked_product({2, model.parameters, T}, "prefill_flops");
+  budget.prefill_flops = checked_product({2, model.parameters, T}, "prefill_flops");
   // Per layer and head: QKᵀ is [T, d_k]·[d_k, T] and PV is [T, T]·[T, d_k], 2·T²·d_k each. GQA
   // shares K and V between heads but not this work.
-  budget.prefill_attention_flops = detail::checked_product(
+  budget.prefill_attention_flops = checked_product(
       {4, model.n_layers, T, T, model.n_heads, model.head_dim}, "prefill_attention_flops");
   budget.training = detail::adam_memory(model.parameters, inputs.weight_dtype);
 

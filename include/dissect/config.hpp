@@ -59,6 +59,25 @@ struct TransformerConfig {
   void validate() const;
 };
 
+/// A size that must be > 0: returns `value`.
+/// @throws ConfigError "op: field must be > 0 (got value)".
+index_t require_positive(std::string_view op, std::string_view field, index_t value);
+
+/// The head arithmetic of attention, decided in one place for configs and blocks alike.
+struct HeadLayout {
+  index_t n_heads;     ///< H
+  index_t n_kv_heads;  ///< H_kv
+  index_t head_dim;    ///< d_k
+};
+
+/// Checks d_model, n_heads, n_kv_heads (unset → H) and head_dim (unset → D / H, which must then
+/// divide exactly) and returns them resolved.
+/// @throws ConfigError naming `op` and the field: a size ≤ 0, D % H ≠ 0 for a derived d_k, or
+///         H_kv not dividing H.
+HeadLayout check_heads(std::string_view op, index_t d_model, index_t n_heads,
+                       std::optional<index_t> n_kv_heads = std::nullopt,
+                       std::optional<index_t> head_dim = std::nullopt);
+
 /// A named configuration of a public model.
 struct Preset {
   std::string_view name;         ///< what `budget --preset` accepts
@@ -75,37 +94,39 @@ const Preset& find_preset(std::string_view name);
 
 // ---- implementation -----------------------------------------------------------------------------
 
-namespace detail {
-
-inline void require_positive(index_t value, std::string_view field) {
-  if (value <= 0) {
-    throw ConfigError(concat("TransformerConfig: ", field, " must be > 0 (got ", value, ")"));
-  }
+inline index_t require_positive(std::string_view op, std::string_view field, index_t value) {
+  if (value <= 0)
+    throw ConfigError(detail::concat(op, ": ", field, " must be > 0 (got ", value, ")"));
+  return value;
 }
 
-}  // namespace detail
-
-inline void TransformerConfig::validate() const {
-  detail::require_positive(d_model, "d_model");
-  detail::require_positive(n_layers, "n_layers");
-  detail::require_positive(n_heads, "n_heads");
-  if (n_kv_heads) detail::require_positive(*n_kv_heads, "n_kv_heads");
-  if (head_dim) detail::require_positive(*head_dim, "head_dim");
-  detail::require_positive(d_ff, "d_ff");
-  detail::require_positive(vocab, "vocab");
-  detail::require_positive(context, "context");
+inline HeadLayout check_heads(std::string_view op, index_t d_model, index_t n_heads,
+                              std::optional<index_t> n_kv_heads, std::optional<index_t> head_dim) {
+  require_positive(op, "d_model", d_model);
+  require_positive(op, "n_heads", n_heads);
+  const index_t kv_heads = require_positive(op, "n_kv_heads", n_kv_heads.value_or(n_heads));
   // An explicit head_dim may make H·d_k differ from D (Gemma does); only the derived one must
   // divide evenly, or the heads would silently drop features.
+  if (head_dim) require_positive(op, "head_dim", *head_dim);
   if (!head_dim && d_model % n_heads != 0) {
-    throw ConfigError(detail::concat("TransformerConfig: d_model ", d_model,
-                                     " is not divisible by n_heads ", n_heads,
-                                     " (set head_dim explicitly if that is intended)"));
+    throw ConfigError(detail::concat(op, ": d_model ", d_model, " is not divisible by n_heads ",
+                                     n_heads, " (set head_dim explicitly if that is intended)"));
   }
-  if (n_heads % kv_heads() != 0) {
-    throw ConfigError(detail::concat("TransformerConfig: n_kv_heads ", kv_heads(),
-                                     " does not divide n_heads ", n_heads,
+  if (n_heads % kv_heads != 0) {
+    throw ConfigError(detail::concat(op, ": n_kv_heads ", kv_heads, " does not divide n_heads ",
+                                     n_heads,
                                      " (each KV head must serve the same number of query heads)"));
   }
+  return {n_heads, kv_heads, head_dim ? *head_dim : d_model / n_heads};
+}
+
+inline void TransformerConfig::validate() const {
+  constexpr std::string_view op = "TransformerConfig";
+  check_heads(op, d_model, n_heads, n_kv_heads, head_dim);
+  require_positive(op, "n_layers", n_layers);
+  require_positive(op, "d_ff", d_ff);
+  require_positive(op, "vocab", vocab);
+  require_positive(op, "context", context);
 }
 
 namespace detail {

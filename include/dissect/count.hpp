@@ -7,7 +7,6 @@
 #pragma once
 
 #include "dissect/config.hpp"
-#include "dissect/detail/checked.hpp"
 #include "dissect/error.hpp"
 #include "dissect/shape.hpp"
 
@@ -50,9 +49,9 @@ ParameterCount count_parameters(const TransformerConfig& config);
 // ---- implementation -----------------------------------------------------------------------------
 
 inline index_t approx_parameters(index_t d_model, index_t n_layers) {
-  detail::require_positive(d_model, "d_model");
-  detail::require_positive(n_layers, "n_layers");
-  return detail::checked_product({12, d_model, d_model, n_layers}, "approx_parameters 12*D^2*L");
+  require_positive("approx_parameters", "d_model", d_model);
+  require_positive("approx_parameters", "n_layers", n_layers);
+  return checked_product({12, d_model, d_model, n_layers}, "approx_parameters 12*D^2*L");
 }
 
 inline index_t approx_parameters(const TransformerConfig& config) {
@@ -64,17 +63,17 @@ namespace detail {
 
 // A linear layer in → out: weight [out, in] and optionally bias [out].
 inline index_t linear_parameters(index_t in, index_t out, bool bias, std::string_view what) {
-  return checked_add(checked_product(in, out, what), bias ? out : 0, what);
+  return checked_add(checked_mul(in, out, what), bias ? out : 0, what);
 }
 
 inline index_t norm_parameters(index_t width, Norm norm, std::string_view what) {
-  return checked_product(width, norm == Norm::layer_norm ? 2 : 1, what);
+  return checked_mul(width, norm == Norm::layer_norm ? 2 : 1, what);
 }
 
 inline index_t attention_parameters(const TransformerConfig& c) {
   constexpr std::string_view what = "count_parameters attention";
-  const index_t q_width = checked_product(c.n_heads, c.head_size(), what);
-  const index_t kv_width = checked_product(c.kv_heads(), c.head_size(), what);
+  const index_t q_width = checked_mul(c.n_heads, c.head_size(), what);
+  const index_t kv_width = checked_mul(c.kv_heads(), c.head_size(), what);
   const index_t q = linear_parameters(c.d_model, q_width, c.bias, what);
   const index_t kv = linear_parameters(c.d_model, kv_width, c.bias, what);  // K and V each
   const index_t o = linear_parameters(q_width, c.d_model, c.bias, what);
@@ -96,24 +95,23 @@ inline ParameterCount count_parameters(const TransformerConfig& config) {
   constexpr std::string_view what = "count_parameters";
   const TransformerConfig& c = config;
   ParameterCount count;
-  count.token_embedding = detail::checked_product(c.vocab, c.d_model, "count_parameters embedding");
+  count.token_embedding = checked_mul(c.vocab, c.d_model, "count_parameters embedding");
   if (c.positions == Positions::learned) {
     count.position_embedding =
-        detail::checked_product(c.context, c.d_model, "count_parameters position embedding");
+        checked_mul(c.context, c.d_model, "count_parameters position embedding");
   }
   count.per_layer.attention = detail::attention_parameters(c);
   count.per_layer.ffn = detail::ffn_parameters(c);
-  count.per_layer.norms = detail::checked_product(
-      2, detail::norm_parameters(c.d_model, c.norm, "count_parameters norms"), what);
-  count.per_layer.total = detail::checked_sum(
-      {count.per_layer.attention, count.per_layer.ffn, count.per_layer.norms}, what);
-  count.layers =
-      detail::checked_product(count.per_layer.total, c.n_layers, "count_parameters layers");
+  count.per_layer.norms =
+      checked_mul(2, detail::norm_parameters(c.d_model, c.norm, "count_parameters norms"), what);
+  count.per_layer.total =
+      checked_sum({count.per_layer.attention, count.per_layer.ffn, count.per_layer.norms}, what);
+  count.layers = checked_mul(count.per_layer.total, c.n_layers, "count_parameters layers");
   count.final_norm = detail::norm_parameters(c.d_model, c.norm, "count_parameters final norm");
   if (!c.tied_embeddings) count.output_head = count.token_embedding;
-  count.total = detail::checked_sum({count.token_embedding, count.position_embedding, count.layers,
-                                     count.final_norm, count.output_head},
-                                    "count_parameters total");
+  count.total = checked_sum({count.token_embedding, count.position_embedding, count.layers,
+                             count.final_norm, count.output_head},
+                            "count_parameters total");
   count.approx_12d2l = approx_parameters(c.d_model, c.n_layers);
   count.coverage = static_cast<double>(count.approx_12d2l) / static_cast<double>(count.total);
   return count;

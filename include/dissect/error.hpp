@@ -2,7 +2,8 @@
 //
 // Everything derives from dissect::Error (a std::runtime_error), so one catch handles them
 // all. ShapeError is for shapes that do not fit (including element counts that overflow
-// int64); ConfigError is for impossible model or budget configurations. Messages start with
+// int64); ConfigError is for impossible model or budget configurations; OverflowError (a
+// ShapeError) for any count or size that leaves int64. Messages start with
 // the operation and print every shape involved, in the spirit of PyTorch's
 // "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)".
 #pragma once
@@ -28,6 +29,12 @@ struct ShapeError : Error {
 /// An impossible model or budget configuration: the message names the field.
 struct ConfigError : Error {
   using Error::Error;
+};
+
+/// A count, size or byte total that leaves int64: an element count, a parameter count, a budget.
+/// It is a ShapeError because every such number is a product of extents.
+struct OverflowError : ShapeError {
+  using ShapeError::ShapeError;
 };
 
 namespace detail {

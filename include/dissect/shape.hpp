@@ -1,15 +1,16 @@
 // dissect/shape.hpp — shapes, checked element counts and how shapes print.
 //
 // A shape is a std::array of int64 extents. Every count the library derives from a shape goes
-// through checked_mul/element_count, so a product that would overflow int64 becomes a
-// ShapeError before anything is allocated. The dimension vocabulary used across the library:
-// B batch, T sequence, D model width, H heads, d_k = D/H head width, F FFN width, L layers,
-// V vocabulary.
+// through the checked_* family below, so a product that would overflow int64 becomes an
+// OverflowError (a ShapeError) before anything is allocated. The dimension vocabulary used across
+// the library: B batch, T sequence, D model width, H heads, d_k = D/H head width, F FFN width, L
+// layers, V vocabulary.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <ostream>
 #include <sstream>
@@ -48,13 +49,51 @@ inline std::string format_count(index_t value) {
   return out;
 }
 
-/// a · b, or a ShapeError naming `what` if the product leaves int64. Both must be >= 0.
+// ---- checked int64 arithmetic: the one family every count, size and budget goes through ------
+// Portable (no compiler builtins): each test decides overflow before the operation runs, so
+// no signed overflow (undefined behaviour) ever happens. All throw OverflowError naming `what`.
+
+namespace detail {
+/// Whether a · b leaves int64, decided without computing it.
+constexpr bool mul_overflows(index_t a, index_t b) {
+  constexpr index_t max = std::numeric_limits<index_t>::max();
+  constexpr index_t min = std::numeric_limits<index_t>::min();
+  if (a > 0) return b > 0 ? a > max / b : b < min / a;
+  if (a < 0) return b > 0 ? a < min / b : (b < 0 && a < max / b);
+  return false;
+}
+}  // namespace detail
+
+/// a · b, or OverflowError naming `what` if the product leaves int64.
 inline index_t checked_mul(index_t a, index_t b, std::string_view what) {
-  index_t product = 0;
-  if (__builtin_mul_overflow(a, b, &product)) {
-    throw ShapeError(detail::concat(what, ": size overflows int64 (", a, " * ", b, ")"));
+  if (detail::mul_overflows(a, b)) {
+    throw OverflowError(detail::concat(what, ": overflows int64 (", a, " * ", b, ")"));
   }
+  return a * b;
+}
+
+/// a + b, or OverflowError naming `what` if the sum leaves int64.
+inline index_t checked_add(index_t a, index_t b, std::string_view what) {
+  constexpr index_t max = std::numeric_limits<index_t>::max();
+  constexpr index_t min = std::numeric_limits<index_t>::min();
+  if ((b > 0 && a > max - b) || (b < 0 && a < min - b)) {
+    throw OverflowError(detail::concat(what, ": overflows int64 (", a, " + ", b, ")"));
+  }
+  return a + b;
+}
+
+/// The product of all `factors`, checked step by step, so 2·L·T·H·d_k reads as one call.
+inline index_t checked_product(std::initializer_list<index_t> factors, std::string_view what) {
+  index_t product = 1;
+  for (index_t factor : factors) product = checked_mul(product, factor, what);
   return product;
+}
+
+/// The sum of all `terms`, checked step by step.
+inline index_t checked_sum(std::initializer_list<index_t> terms, std::string_view what) {
+  index_t sum = 0;
+  for (index_t term : terms) sum = checked_add(sum, term, what);
+  return sum;
 }
 
 /// Throws ShapeError if any extent is negative, naming the operation, the axis and the shape.
@@ -74,12 +113,11 @@ index_t element_count(const Shape<Rank>& shape, std::string_view op = "element_c
   check_extents(shape, op);
   index_t count = 1;
   for (std::size_t axis = 0; axis < Rank; ++axis) {
-    index_t next = 0;
-    if (__builtin_mul_overflow(count, shape[axis], &next)) {
-      throw ShapeError(detail::concat(op, ": element count of shape ", format_shape(shape),
-                                      " overflows int64 at axis ", axis));
+    if (detail::mul_overflows(count, shape[axis])) {  // the message is built only on failure
+      throw OverflowError(detail::concat(op, ": element count of shape ", format_shape(shape),
+                                         " overflows int64 at axis ", axis));
     }
-    count = next;
+    count *= shape[axis];
   }
   return count;
 }

@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "dissect/config.hpp"
-#include "dissect/detail/checked.hpp"
 #include "dissect/error.hpp"
 #include "dissect/shape.hpp"
 
@@ -427,7 +426,8 @@ inline std::string explain_mismatch(const DimensionTable& dims, const SymbolicSh
 inline index_t count_or_negative(std::span<const index_t> extents) {
   index_t count = 1;
   for (index_t extent : extents) {
-    if (extent < 0 || __builtin_mul_overflow(count, extent, &count)) return -1;
+    if (extent < 0 || mul_overflows(count, extent)) return -1;
+    count *= extent;
   }
   return count;
 }
@@ -574,11 +574,8 @@ inline const ChainStep& ShapeChain::push(std::string_view stage, std::string_vie
     step_flops =
         checked_mul(cost.flops, dims_.size_of("L"), detail::concat(context, ": FLOPs × L"));
   }
-  index_t total = 0;
-  if (__builtin_add_overflow(total_flops_, step_flops, &total)) {
-    throw ShapeError(detail::concat(context, ": total FLOPs overflow int64 (", total_flops_, " + ",
-                                    step_flops, ")"));
-  }
+  const index_t total =
+      checked_add(total_flops_, step_flops, detail::concat(context, ": total FLOPs"));
   ChainStep step;
   step.stage = stage;
   step.operation = operation;
@@ -696,19 +693,17 @@ inline ShapeChain forward_shape_chain(const TransformerConfig& config, index_t b
 
   // Every count below is checked once here, so the chain's own sums cannot overflow later.
   constexpr std::string_view what = "forward_shape_chain FLOPs";
-  using detail::checked_product;
-  using detail::checked_sum;
-  const index_t n = checked_product(batch, tokens, what);
-  const index_t q_width = checked_product(c.n_heads, d_k, what);
-  const index_t kv_width = checked_product(c.kv_heads(), d_k, what);
+  const index_t n = checked_mul(batch, tokens, what);
+  const index_t q_width = checked_mul(c.n_heads, d_k, what);
+  const index_t kv_width = checked_mul(c.kv_heads(), d_k, what);
   const index_t qkv_weights =
-      checked_product(c.d_model, checked_sum({q_width, kv_width, kv_width}, what), what);
-  const index_t o_weights = checked_product(q_width, c.d_model, what);
+      checked_mul(c.d_model, checked_sum({q_width, kv_width, kv_width}, what), what);
+  const index_t o_weights = checked_mul(q_width, c.d_model, what);
   const index_t ffn_weights =
       checked_product({c.ffn == Ffn::gated ? 3 : 2, c.d_model, c.d_ff}, what);
-  const index_t head_weights = checked_product(c.vocab, c.d_model, what);
+  const index_t head_weights = checked_mul(c.vocab, c.d_model, what);
   const index_t linear_weights = checked_sum(
-      {checked_product(checked_sum({qkv_weights, o_weights, ffn_weights}, what), c.n_layers, what),
+      {checked_mul(checked_sum({qkv_weights, o_weights, ffn_weights}, what), c.n_layers, what),
        head_weights},
       what);
   const index_t attention_product =

@@ -206,13 +206,15 @@ class Tensor {
   static index_t checked_size(const Shape<Rank>& shape) {
     index_t count = element_count(shape, "Tensor");
     // The byte size must fit too: the allocator takes size_t, and callers compute byte offsets.
-    checked_mul(count, static_cast<index_t>(sizeof(Scalar)),
-                detail::concat("Tensor: byte size of shape ", format_shape(shape)));
+    if (detail::mul_overflows(count, static_cast<index_t>(sizeof(Scalar)))) {
+      throw OverflowError(
+          detail::concat("Tensor: byte size of shape ", format_shape(shape), " overflows int64"));
+    }
     return count;
   }
 
   void allocate() {
-    if (size_ == 0) return;
+    if (size_ <= 0) return;  // never negative; saying so lets GCC bound the allocation size
     auto bytes_needed = static_cast<std::size_t>(size_) * sizeof(Scalar);
     data_.reset(static_cast<Scalar*>(::operator new[](bytes_needed, std::align_val_t{alignment})));
   }
