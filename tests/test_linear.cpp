@@ -134,10 +134,11 @@ TEST(LinearErrors, WrongWeightShapeNamesTheParameter) {  // row 12
                     "set_weight: weight must be [out_features, in_features] = [5, 4], got [4, 5]");
   EXPECT_THROW_WITH(layer.set_bias(Tensor<float, 1>({4})), ShapeError,
                     "bias must be [out_features] = [5]");
-  // Assigning through the mutable reference is caught at the next use, before any kernel runs.
-  layer.weight() = Tensor<float, 2>({3, 3});
-  EXPECT_THROW_WITH(layer.forward(Tensor<float, 2>({1, 4})), ShapeError,
-                    "weight was reassigned to shape [3, 3], expected [5, 4]");
+  // weight() is a view: values can change through it, the shape cannot (row 20).
+  static_assert(!std::is_assignable_v<decltype(layer.weight()), Tensor<float, 2>>);
+  EXPECT_THROW_WITH(layer.weight().copy_from(Tensor<float, 2>({3, 3})), ShapeError,
+                    "source has shape [3, 3] but the view has shape [5, 4]");
+  EXPECT_EQ(layer.weight().shape(), (Shape<2>{5, 4}));
   EXPECT_THROW_WITH(Linear<float>(Tensor<float, 2>({5, 4}), Tensor<float, 1>({3})), ShapeError,
                     "bias has shape [3] but weight [5, 4] needs [5]");
 }
@@ -178,8 +179,8 @@ TEST(Linear, GradientsAccumulateUntilZeroGrad) {
   auto x = random_tensor<double, 2>({4, 3}, engine);
   auto dy = random_tensor<double, 2>({4, 2}, engine);
   layer.backward(x, dy);
-  const auto once = layer.weight_grad();
-  const auto once_bias = layer.bias_grad();
+  const Tensor<double, 2> once(layer.weight_grad());  // a copy: views alias
+  const Tensor<double, 1> once_bias(layer.bias_grad());
   layer.backward(x, dy);
   for (index_t i = 0; i < once.size(); ++i)
     EXPECT_DOUBLE_EQ(layer.weight_grad().data()[i], 2 * once.data()[i]);
@@ -220,7 +221,7 @@ double loss(const Linear<double>& layer, const Tensor<double, 3>& x, const Tenso
 
 /// Checks d loss / d value[i] for the indices to probe, perturbing value[i] in place.
 template <class Probe>
-void check_finite_differences(const char* what, Tensor<double, 1> analytic_flat, double* values,
+void check_finite_differences(const char* what, ConstTensorView<double, 1> analytic_flat, double* values,
                               index_t count, std::mt19937_64& engine, Probe&& probe_loss) {
   const double h = 1e-4;
   std::vector<index_t> indices;

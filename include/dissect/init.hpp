@@ -48,16 +48,24 @@ enum class InitScheme {
 
 const char* to_string(InitScheme scheme);
 
+/// `scheme` itself, if it is one of the enumerators.
+/// @throws ConfigError naming `op` and the value otherwise (an InitScheme cast from an int).
+InitScheme check_init_scheme(const char* op, InitScheme scheme);
+
 /// Fills `weight` [out, in] (and `bias` [out] if given) by `scheme`. A zero fan gives a zero
 /// bound or deviation, never a division by zero.
+/// @throws ConfigError (nothing written) if `scheme` is not an enumerator.
+template <class Scalar>
+void init_linear(TensorView<Scalar, 2> weight, std::optional<TensorView<Scalar, 1>> bias,
+                 InitScheme scheme, Generator& generator);
 template <class Scalar>
 void init_linear(Tensor<Scalar, 2>& weight, std::type_identity_t<Tensor<Scalar, 1>>* bias,
                  InitScheme scheme, Generator& generator);
 
-template <class Scalar, std::size_t Rank>
-void fill_uniform(Tensor<Scalar, Rank>& tensor, double low, double high, Generator& generator);
-template <class Scalar, std::size_t Rank>
-void fill_normal(Tensor<Scalar, Rank>& tensor, double mean, double stddev, Generator& generator);
+template <WritableTensor X>
+void fill_uniform(X&& tensor, double low, double high, Generator& generator);
+template <WritableTensor X>
+void fill_normal(X&& tensor, double mean, double stddev, Generator& generator);
 
 /// Resets the sequence of seeds handed to layers built without an explicit seed, like
 /// torch.manual_seed: the same program then builds the same layers.
@@ -114,14 +122,31 @@ inline const char* to_string(InitScheme scheme) {
   return "unknown";
 }
 
-template <class Scalar, std::size_t Rank>
-void fill_uniform(Tensor<Scalar, Rank>& tensor, double low, double high, Generator& generator) {
-  for (Scalar& value : tensor) value = static_cast<Scalar>(generator.uniform(low, high));
+inline InitScheme check_init_scheme(const char* op, InitScheme scheme) {
+  switch (scheme) {
+    case InitScheme::pytorch_default:
+    case InitScheme::kaiming_normal:
+    case InitScheme::kaiming_uniform:
+    case InitScheme::xavier_uniform:
+    case InitScheme::xavier_normal:
+    case InitScheme::zeros:
+      return scheme;
+  }
+  throw ConfigError(detail::concat(op, ": InitScheme ", static_cast<int>(scheme),
+                                   " is not one of pytorch_default, kaiming_normal, "
+                                   "kaiming_uniform, xavier_uniform, xavier_normal, zeros"));
 }
 
-template <class Scalar, std::size_t Rank>
-void fill_normal(Tensor<Scalar, Rank>& tensor, double mean, double stddev, Generator& generator) {
-  for (Scalar& value : tensor)
+template <WritableTensor X>
+void fill_uniform(X&& tensor, double low, double high, Generator& generator) {
+  using Scalar = scalar_of<X>;
+  for (Scalar& value : writable_view(tensor)) value = static_cast<Scalar>(generator.uniform(low, high));
+}
+
+template <WritableTensor X>
+void fill_normal(X&& tensor, double mean, double stddev, Generator& generator) {
+  using Scalar = scalar_of<X>;
+  for (Scalar& value : writable_view(tensor))
     value = static_cast<Scalar>(std::fma(stddev, generator.normal(), mean));
 }
 
@@ -135,6 +160,15 @@ inline double scale_for_fan(double numerator, index_t fan) {
 template <class Scalar>
 void init_linear(Tensor<Scalar, 2>& weight, std::type_identity_t<Tensor<Scalar, 1>>* bias,
                  InitScheme scheme, Generator& generator) {
+  init_linear(weight.view(),
+              bias ? std::optional<TensorView<Scalar, 1>>(bias->view()) : std::nullopt, scheme,
+              generator);
+}
+
+template <class Scalar>
+void init_linear(TensorView<Scalar, 2> weight, std::optional<TensorView<Scalar, 1>> bias,
+                 InitScheme scheme, Generator& generator) {
+  check_init_scheme("init_linear", scheme);
   const index_t fan_out = weight.dim(0);
   const index_t fan_in = weight.dim(1);
   if (bias) bias->fill(Scalar(0));

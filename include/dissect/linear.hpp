@@ -1,7 +1,8 @@
 // dissect/linear.hpp — Linear<Scalar>: y = x·Wᵀ + b with W [out, in], exactly like nn.Linear.
 //
-// The layer owns its parameters and their gradients, checks every shape at the boundary (in
-// every build mode) and then folds all leading axes of x into one matrix so that a whole batch
+// The layer owns its parameters and their gradients and hands out fixed-shape views of them
+// (a module: see module.hpp). It checks every shape and every alias with its own buffers at the
+// boundary, in every build mode, and then folds all leading axes of x into one matrix so that a whole batch
 // of sequences is a single GEMM in kernels.hpp. backward() adds into the gradients until
 // zero_grad(), as PyTorch does. forward() is const and keeps no state: one layer may serve any
 // number of threads at once (concurrent backward() into the same gradients is not safe).
@@ -16,6 +17,7 @@
 #include "dissect/error.hpp"
 #include "dissect/init.hpp"
 #include "dissect/kernels.hpp"
+#include "dissect/module.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
 
@@ -31,7 +33,7 @@ struct LinearOptions {
 };
 
 template <class Scalar>
-class Linear {
+class Linear : public ParameterMethods<Linear<Scalar>> {
   static_assert(is_supported_scalar_v<Scalar>,
                 "dissect::Linear<Scalar>: Scalar must be float or double");
 
@@ -39,7 +41,8 @@ class Linear {
   using scalar_type = Scalar;
 
   /// A layer with freshly initialised parameters.
-  /// @throws ShapeError for a negative feature count or a parameter count that overflows int64.
+  /// @throws ShapeError for a negative feature count or a parameter count that overflows int64;
+  ///         ConfigError for an InitScheme that is not an enumerator.
   Linear(index_t in_features, index_t out_features, LinearOptions options = {});
 
   /// A layer around given parameters: weight [out, in] and, optionally, bias [out].
@@ -49,63 +52,84 @@ class Linear {
   index_t in_features() const { return in_features_; }
   index_t out_features() const { return out_features_; }
   bool has_bias() const { return has_bias_; }
-  /// out·in (+ out with bias), the number of trainable values.
-  index_t parameter_count() const;
+  // parameter_count() and zero_grad() come from ParameterMethods (module.hpp).
 
-  /// [out_features, in_features]. Assign new values through set_weight, which checks the shape.
-  Tensor<Scalar, 2>& weight() { return weight_; }
-  const Tensor<Scalar, 2>& weight() const { return weight_; }
+  /// [out_features, in_features]: values writable, shape and buffer fixed for the layer's life,
+  /// so views (an optimizer's) stay valid until the layer is destroyed or assigned to.
+  TensorView<Scalar, 2> weight() { return weight_.view(); }
+  ConstTensorView<Scalar, 2> weight() const { return weight_.cview(); }
   /// [out_features]. @throws Error if the layer was built without a bias.
-  Tensor<Scalar, 1>& bias();
-  const Tensor<Scalar, 1>& bias() const;
+  TensorView<Scalar, 1> bias();
+  ConstTensorView<Scalar, 1> bias() const;
+  /// Copies new values into the parameter (the buffer keeps its address).
   /// @throws ShapeError naming the parameter if the shape is not [out, in] / [out].
-  void set_weight(Tensor<Scalar, 2> weight);
-  void set_bias(Tensor<Scalar, 1> bias);
+  void set_weight(ConstTensorView<Scalar, 2> weight);
+  void set_bias(ConstTensorView<Scalar, 1> bias);
 
-  /// x: [..., in] → y: [..., out]. Rank 1 ([in] → [out]) and empty leading axes work.
+  /// Gradients, shaped as their parameters; filled by backward, cleared by zero_grad.
+  TensorView<Scalar, 2> weight_grad() { return weight_grad_.view(); }
+  ConstTensorView<Scalar, 2> weight_grad() const { return weight_grad_.cview(); }
+  /// @throws Error if the layer was built without a bias.
+  TensorView<Scalar, 1> bias_grad();
+  ConstTensorView<Scalar, 1> bias_grad() const;
+
+  /// Visits "weight" (and "bias") with their gradients: the module protocol.
+  template <class Visitor>
+  void for_each_parameter(Visitor&& visit);
+  template <class Visitor>
+  void for_each_parameter(Visitor&& visit) const;
+
+  /// [..., in] → [..., out].
+  template <std::size_t Rank>
+  Shape<Rank> output_shape(const Shape<Rank>& x_shape) const;
+
+  /// x: [..., in] → y: [..., out]. Rank 1 ([in] → [out]) and empty leading axes work. x may be
+  /// a Tensor or a view.
   /// @throws ShapeError if x's last axis is not in_features.
-  template <class XScalar, std::size_t Rank>
-  Tensor<Scalar, Rank> forward(const Tensor<XScalar, Rank>& x) const;
+  template <TensorLike X>
+  Tensor<Scalar, rank_of<X>> forward(const X& x) const;
 
   /// As forward, into a caller's buffer y: [..., out] (its old values are never read).
-  /// @throws ShapeError if y has the wrong shape or shares memory with x.
-  template <std::size_t Rank>
-  void forward_into(const Tensor<Scalar, Rank>& x, Tensor<Scalar, Rank>& y) const;
+  /// @throws ShapeError if y has the wrong shape or shares memory with x or the layer's own
+  ///         parameters and gradients.
+  template <TensorLike X, WritableTensor Y>
+  void forward_into(const X& x, Y&& y) const;
 
   /// x: [..., in], dy: [..., out] → dx: [..., in]; adds dyᵀ·x to dW and Σ dy to db over all
-  /// leading axes. @throws ShapeError (gradients untouched) if the shapes do not fit.
-  template <class XScalar, std::size_t Rank>
-  Tensor<Scalar, Rank> backward(const Tensor<XScalar, Rank>& x, const Tensor<XScalar, Rank>& dy);
+  /// leading axes. @throws ShapeError (gradients untouched) if the shapes do not fit or x or dy
+  /// shares memory with the gradients.
+  template <TensorLike X, TensorLike DY>
+  Tensor<Scalar, rank_of<X>> backward(const X& x, const DY& dy);
 
   /// As backward, writing dx into a caller's buffer.
-  template <std::size_t Rank>
-  void backward_into(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy,
-                     Tensor<Scalar, Rank>& dx);
+  /// @throws ShapeError (gradients untouched) as backward, or if dx shares memory with x, dy,
+  ///         or the layer's parameters and gradients.
+  template <TensorLike X, TensorLike DY, WritableTensor DX>
+  void backward_into(const X& x, const DY& dy, DX&& dx);
 
   /// The parameter half of backward: adds dyᵀ·x to dW and Σ dy to db, and skips dx = dy·W — for
   /// a first layer whose input needs no gradient (PyTorch's requires_grad=False), where dx would
   /// cost as much as the forward product. @throws ShapeError (gradients untouched) as backward.
-  template <std::size_t Rank>
-  void backward_parameters(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy);
-
-  const Tensor<Scalar, 2>& weight_grad() const { return weight_grad_; }
-  /// @throws Error if the layer was built without a bias.
-  const Tensor<Scalar, 1>& bias_grad() const;
-  Tensor<Scalar, 2>& weight_grad() { return weight_grad_; }
-  Tensor<Scalar, 1>& bias_grad();
-  void zero_grad();
+  template <TensorLike X, TensorLike DY>
+  void backward_parameters(const X& x, const DY& dy);
 
  private:
+  template <class X>
+  static void check_scalar();
   template <std::size_t Rank>
-  void check_input(const char* op, const Tensor<Scalar, Rank>& x) const;
+  void check_input(const char* op, const ConstTensorView<Scalar, Rank>& x) const;
   template <std::size_t Rank>
-  Shape<Rank> output_shape(const Shape<Rank>& x_shape) const;
+  void check_backward(const char* op, const ConstTensorView<Scalar, Rank>& x,
+                      const ConstTensorView<Scalar, Rank>& dy) const;
   template <std::size_t Rank>
-  void check_backward(const char* op, const Tensor<Scalar, Rank>& x,
-                      const Tensor<Scalar, Rank>& dy) const;
-  std::optional<VectorMap<Scalar>> bias_grad_view();
-  void check_parameters(const char* op) const;
-  std::optional<ConstVectorMap<Scalar>> bias_view() const;
+  void check_not_own_buffer(const char* op, const char* name,
+                            const ConstTensorView<Scalar, Rank>& tensor, bool parameters_too) const;
+  template <std::size_t Rank>
+  void backward_checked(const char* op, const ConstTensorView<Scalar, Rank>& x,
+                        const ConstTensorView<Scalar, Rank>& dy,
+                        const TensorView<Scalar, Rank>& dx);
+  std::optional<VectorMap<Scalar>> bias_grad_map();
+  std::optional<ConstVectorMap<Scalar>> bias_map() const;
 
   index_t in_features_;
   index_t out_features_;
@@ -123,16 +147,6 @@ std::ostream& operator<<(std::ostream& out, const Linear<Scalar>& layer);
 // ---- implementation -----------------------------------------------------------------------------
 
 namespace detail {
-
-template <std::size_t Rank, class A, class B>
-bool shares_memory(const Tensor<A, Rank>& a, const Tensor<B, Rank>& b) {
-  if (a.empty() || b.empty()) return false;
-  auto a_begin = reinterpret_cast<std::uintptr_t>(a.data());
-  auto b_begin = reinterpret_cast<std::uintptr_t>(b.data());
-  auto a_end = a_begin + static_cast<std::uintptr_t>(a.size()) * sizeof(A);
-  auto b_end = b_begin + static_cast<std::uintptr_t>(b.size()) * sizeof(B);
-  return a_begin < b_end && b_begin < a_end;
-}
 
 inline index_t checked_feature_count(index_t count, const char* name) {
   if (count < 0) {
@@ -156,7 +170,9 @@ Linear<Scalar>::Linear(index_t in_features, index_t out_features, LinearOptions 
       weight_grad_({out_features_, in_features_}),
       bias_grad_({has_bias_ ? out_features_ : 0}) {
   Generator generator(options.seed ? *options.seed : next_default_seed());
-  init_linear(weight_, has_bias_ ? &bias_ : nullptr, options.init, generator);
+  init_linear(weight_.view(),
+              has_bias_ ? std::optional<TensorView<Scalar, 1>>(bias_.view()) : std::nullopt,
+              check_init_scheme("Linear", options.init), generator);
 }
 
 template <class Scalar>
@@ -176,84 +192,62 @@ Linear<Scalar>::Linear(Tensor<Scalar, 2> weight, std::optional<Tensor<Scalar, 1>
 }
 
 template <class Scalar>
-index_t Linear<Scalar>::parameter_count() const {
-  index_t count = checked_mul(out_features_, in_features_, "Linear::parameter_count");
-  return has_bias_ ? count + out_features_ : count;
-}
-
-template <class Scalar>
-Tensor<Scalar, 1>& Linear<Scalar>::bias() {
-  return const_cast<Tensor<Scalar, 1>&>(std::as_const(*this).bias());
-}
-
-template <class Scalar>
-const Tensor<Scalar, 1>& Linear<Scalar>::bias() const {
+TensorView<Scalar, 1> Linear<Scalar>::bias() {
   if (!has_bias_) throw Error("Linear::bias: this layer was built with bias=false");
-  return bias_;
+  return bias_.view();
 }
 
 template <class Scalar>
-const Tensor<Scalar, 1>& Linear<Scalar>::bias_grad() const {
+ConstTensorView<Scalar, 1> Linear<Scalar>::bias() const {
+  if (!has_bias_) throw Error("Linear::bias: this layer was built with bias=false");
+  return bias_.cview();
+}
+
+template <class Scalar>
+TensorView<Scalar, 1> Linear<Scalar>::bias_grad() {
   if (!has_bias_) throw Error("Linear::bias_grad: this layer was built with bias=false");
-  return bias_grad_;
+  return bias_grad_.view();
 }
 
 template <class Scalar>
-Tensor<Scalar, 1>& Linear<Scalar>::bias_grad() {
-  return const_cast<Tensor<Scalar, 1>&>(std::as_const(*this).bias_grad());
+ConstTensorView<Scalar, 1> Linear<Scalar>::bias_grad() const {
+  if (!has_bias_) throw Error("Linear::bias_grad: this layer was built with bias=false");
+  return bias_grad_.cview();
 }
 
 template <class Scalar>
-void Linear<Scalar>::set_weight(Tensor<Scalar, 2> weight) {
-  if (weight.shape() != Shape<2>{out_features_, in_features_}) {
-    throw ShapeError(
-        detail::concat("Linear::set_weight: weight must be [out_features, in_features]", " = [",
-                       out_features_, ", ", in_features_, "], got ", format_shape(weight.shape())));
+void Linear<Scalar>::set_weight(ConstTensorView<Scalar, 2> weight) {
+  if (weight.shape() != weight_.shape()) {
+    throw ShapeError(detail::concat("Linear::set_weight: weight must be [out_features, "
+                                    "in_features] = [",
+                                    out_features_, ", ", in_features_, "], got ",
+                                    format_shape(weight.shape())));
   }
-  weight_ = std::move(weight);
+  weight_.view().copy_from(weight);
 }
 
 template <class Scalar>
-void Linear<Scalar>::set_bias(Tensor<Scalar, 1> bias) {
+void Linear<Scalar>::set_bias(ConstTensorView<Scalar, 1> bias) {
   if (!has_bias_) throw Error("Linear::set_bias: this layer was built with bias=false");
-  if (bias.dim(0) != out_features_) {
+  if (bias.shape() != bias_.shape()) {
     throw ShapeError(detail::concat("Linear::set_bias: bias must be [out_features] = [",
                                     out_features_, "], got ", format_shape(bias.shape())));
   }
-  bias_ = std::move(bias);
+  bias_.view().copy_from(bias);
 }
 
 template <class Scalar>
-void Linear<Scalar>::zero_grad() {
-  weight_grad_.fill(Scalar(0));
-  bias_grad_.fill(Scalar(0));
+template <class Visitor>
+void Linear<Scalar>::for_each_parameter(Visitor&& visit) {
+  visit(ParameterName("weight"), weight_.view(), weight_grad_.view());
+  if (has_bias_) visit(ParameterName("bias"), bias_.view(), bias_grad_.view());
 }
 
 template <class Scalar>
-void Linear<Scalar>::check_parameters(const char* op) const {
-  // weight() hands out a mutable reference; a wrong-shaped tensor assigned through it is caught
-  // here, before a kernel could read past its end.
-  if (weight_.shape() != Shape<2>{out_features_, in_features_}) {
-    throw ShapeError(detail::concat("Linear::", op, ": weight was reassigned to shape ",
-                                    format_shape(weight_.shape()), ", expected [", out_features_,
-                                    ", ", in_features_, "]; use set_weight"));
-  }
-  if (has_bias_ && bias_.shape() != Shape<1>{out_features_}) {
-    throw ShapeError(detail::concat("Linear::", op, ": bias was reassigned to shape ",
-                                    format_shape(bias_.shape()), ", expected [", out_features_,
-                                    "]; use set_bias"));
-  }
-}
-
-template <class Scalar>
-template <std::size_t Rank>
-void Linear<Scalar>::check_input(const char* op, const Tensor<Scalar, Rank>& x) const {
-  check_parameters(op);
-  if (x.dim(Rank - 1) != in_features_) {
-    throw ShapeError(detail::concat(
-        "Linear::", op, ": input last dim ", x.dim(Rank - 1), " != in_features ", in_features_,
-        " (x: ", format_shape(x.shape()), ", weight: ", format_shape(weight_.shape()), ")"));
-  }
+template <class Visitor>
+void Linear<Scalar>::for_each_parameter(Visitor&& visit) const {
+  visit(ParameterName("weight"), weight_.cview(), weight_grad_.cview());
+  if (has_bias_) visit(ParameterName("bias"), bias_.cview(), bias_grad_.cview());
 }
 
 template <class Scalar>
@@ -265,103 +259,164 @@ Shape<Rank> Linear<Scalar>::output_shape(const Shape<Rank>& x_shape) const {
 }
 
 template <class Scalar>
-std::optional<ConstVectorMap<Scalar>> Linear<Scalar>::bias_view() const {
+template <class X>
+void Linear<Scalar>::check_scalar() {
+  static_assert(std::is_same_v<scalar_of<X>, Scalar>,
+                "dissect::Linear<Scalar>: the input tensor's scalar type must match the layer's "
+                "(convert float <-> double explicitly; there is no silent precision change)");
+}
+
+template <class Scalar>
+template <std::size_t Rank>
+void Linear<Scalar>::check_input(const char* op, const ConstTensorView<Scalar, Rank>& x) const {
+  if (x.shape()[Rank - 1] != in_features_) {
+    throw ShapeError(detail::concat(
+        "Linear::", op, ": input last dim ", x.shape()[Rank - 1], " != in_features ",
+        in_features_, " (x: ", format_shape(x.shape()), ", weight: ",
+        format_shape(weight_.shape()), ")"));
+  }
+}
+
+template <class Scalar>
+template <std::size_t Rank>
+void Linear<Scalar>::check_not_own_buffer(const char* op, const char* name,
+                                          const ConstTensorView<Scalar, Rank>& tensor,
+                                          bool parameters_too) const {
+  // A buffer the call writes (or reads while writing another) must not be one of the layer's
+  // own: y = x·Wᵀ written over W, or dW += dyᵀ·x read from dW, silently computes garbage.
+  const auto refuse = [&](const char* own, const auto& buffer) {
+    if (tensor.overlaps(buffer.cview())) {
+      throw ShapeError(detail::concat("Linear::", op, ": ", name, " ", format_shape(tensor.shape()),
+                                      " aliases the layer's ", own, " ",
+                                      format_shape(buffer.shape())));
+    }
+  };
+  refuse("weight_grad", weight_grad_);
+  refuse("bias_grad", bias_grad_);
+  if (parameters_too) {
+    refuse("weight", weight_);
+    refuse("bias", bias_);
+  }
+}
+
+template <class Scalar>
+std::optional<ConstVectorMap<Scalar>> Linear<Scalar>::bias_map() const {
   if (!has_bias_) return std::nullopt;
   return ConstVectorMap<Scalar>(bias_.data(), out_features_);
 }
 
 template <class Scalar>
-template <class XScalar, std::size_t Rank>
-Tensor<Scalar, Rank> Linear<Scalar>::forward(const Tensor<XScalar, Rank>& x) const {
-  if constexpr (!std::is_same_v<Scalar, XScalar>) {
-    static_assert(detail::dependent_false<XScalar>,
-                  "dissect::Linear<Scalar>: the input tensor's scalar type must match the layer's "
-                  "(convert float <-> double explicitly; there is no silent precision change)");
-    return {};
-  } else {
-    check_input("forward", x);
-    auto y = Tensor<Scalar, Rank>::uninitialized(output_shape(x.shape()));
-    linear_forward<Scalar>(x.matrix(), weight_.matrix(), bias_view(), y.matrix());
+std::optional<VectorMap<Scalar>> Linear<Scalar>::bias_grad_map() {
+  if (!has_bias_) return std::nullopt;
+  return VectorMap<Scalar>(bias_grad_.data(), out_features_);
+}
+
+template <class Scalar>
+template <TensorLike X>
+Tensor<Scalar, rank_of<X>> Linear<Scalar>::forward(const X& x) const {
+  check_scalar<X>();
+  if constexpr (std::is_same_v<scalar_of<X>, Scalar>) {
+    const auto input = const_view(x);
+    check_input("forward", input);
+    auto y = Tensor<Scalar, rank_of<X>>::uninitialized(output_shape(input.shape()));
+    linear_forward<Scalar>(input.matrix(), weight_.matrix(), bias_map(), y.matrix());
     return y;
-  }
-}
-
-template <class Scalar>
-template <std::size_t Rank>
-void Linear<Scalar>::forward_into(const Tensor<Scalar, Rank>& x, Tensor<Scalar, Rank>& y) const {
-  check_input("forward_into", x);
-  if (y.shape() != output_shape(x.shape())) {
-    throw ShapeError(detail::concat("Linear::forward_into: output has shape ",
-                                    format_shape(y.shape()), " but x ", format_shape(x.shape()),
-                                    " gives ", format_shape(output_shape(x.shape()))));
-  }
-  if (detail::shares_memory(x, y)) {
-    throw ShapeError(
-        detail::concat("Linear::forward_into: output aliases input (x: ", format_shape(x.shape()),
-                       ", y: ", format_shape(y.shape()), ")"));
-  }
-  linear_forward<Scalar>(x.matrix(), weight_.matrix(), bias_view(), y.matrix());
-}
-
-template <class Scalar>
-template <class XScalar, std::size_t Rank>
-Tensor<Scalar, Rank> Linear<Scalar>::backward(const Tensor<XScalar, Rank>& x,
-                                              const Tensor<XScalar, Rank>& dy) {
-  if constexpr (!std::is_same_v<Scalar, XScalar>) {
-    static_assert(detail::dependent_false<XScalar>,
-                  "dissect::Linear<Scalar>: the input tensor's scalar type must match the layer's "
-                  "(convert float <-> double explicitly; there is no silent precision change)");
-    return {};
   } else {
-    auto dx = Tensor<Scalar, Rank>::uninitialized(x.shape());
-    backward_into(x, dy, dx);
-    return dx;
+    return {};
   }
 }
 
 template <class Scalar>
+template <TensorLike X, WritableTensor Y>
+void Linear<Scalar>::forward_into(const X& x, Y&& y) const {
+  check_scalar<X>();
+  check_scalar<Y>();
+  const auto input = const_view(x);
+  const auto output = writable_view(y);
+  check_input("forward_into", input);
+  if (output.shape() != output_shape(input.shape())) {
+    throw ShapeError(detail::concat("Linear::forward_into: output has shape ",
+                                    format_shape(output.shape()), " but x ",
+                                    format_shape(input.shape()), " gives ",
+                                    format_shape(output_shape(input.shape()))));
+  }
+  if (output.overlaps(input)) {
+    throw ShapeError(detail::concat("Linear::forward_into: output aliases input (x: ",
+                                    format_shape(input.shape()),
+                                    ", y: ", format_shape(output.shape()), ")"));
+  }
+  check_not_own_buffer("forward_into", "output y", decltype(input)(output), true);
+  linear_forward<Scalar>(input.matrix(), weight_.matrix(), bias_map(), output.matrix());
+}
+
+template <class Scalar>
+template <TensorLike X, TensorLike DY>
+Tensor<Scalar, rank_of<X>> Linear<Scalar>::backward(const X& x, const DY& dy) {
+  check_scalar<X>();
+  check_scalar<DY>();
+  if constexpr (std::is_same_v<scalar_of<X>, Scalar>) {
+    auto dx = Tensor<Scalar, rank_of<X>>::uninitialized(const_view(x).shape());
+    backward_checked("backward", const_view(x), const_view(dy), dx.view());
+    return dx;
+  } else {
+    return {};
+  }
+}
+
+template <class Scalar>
+template <TensorLike X, TensorLike DY, WritableTensor DX>
+void Linear<Scalar>::backward_into(const X& x, const DY& dy, DX&& dx) {
+  check_scalar<X>();
+  check_scalar<DY>();
+  check_scalar<DX>();
+  backward_checked("backward_into", const_view(x), const_view(dy), writable_view(dx));
+}
+
+template <class Scalar>
 template <std::size_t Rank>
-void Linear<Scalar>::backward_into(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy,
-                                   Tensor<Scalar, Rank>& dx) {
-  check_backward("backward", x, dy);
+void Linear<Scalar>::backward_checked(const char* op, const ConstTensorView<Scalar, Rank>& x,
+                                      const ConstTensorView<Scalar, Rank>& dy,
+                                      const TensorView<Scalar, Rank>& dx) {
+  check_backward(op, x, dy);
   if (dx.shape() != x.shape()) {
-    throw ShapeError(detail::concat("Linear::backward: dx has shape ", format_shape(dx.shape()),
+    throw ShapeError(detail::concat("Linear::", op, ": dx has shape ", format_shape(dx.shape()),
                                     " but x has shape ", format_shape(x.shape())));
   }
-  if (detail::shares_memory(dx, x) || detail::shares_memory(dx, dy)) {
-    throw ShapeError(
-        detail::concat("Linear::backward: dx aliases an input (x: ", format_shape(x.shape()),
-                       ", dy: ", format_shape(dy.shape()), ")"));
+  if (dx.overlaps(x) || dx.overlaps(dy)) {
+    throw ShapeError(detail::concat("Linear::", op, ": dx aliases an input (x: ",
+                                    format_shape(x.shape()), ", dy: ", format_shape(dy.shape()),
+                                    ")"));
   }
-  linear_backward<Scalar>(x.matrix(), std::as_const(weight_).matrix(), dy.matrix(), dx.matrix(),
-                          weight_grad_.matrix(), bias_grad_view());
+  check_not_own_buffer(op, "dx", ConstTensorView<Scalar, Rank>(dx), true);
+  linear_backward<Scalar>(x.matrix(), weight_.cview().matrix(), dy.matrix(), dx.matrix(),
+                          weight_grad_.matrix(), bias_grad_map());
+}
+
+template <class Scalar>
+template <TensorLike X, TensorLike DY>
+void Linear<Scalar>::backward_parameters(const X& x, const DY& dy) {
+  check_scalar<X>();
+  check_scalar<DY>();
+  const auto input = const_view(x);
+  const auto upstream = const_view(dy);
+  check_backward("backward_parameters", input, upstream);
+  linear_backward_parameters<Scalar>(input.matrix(), upstream.matrix(), weight_grad_.matrix(),
+                                     bias_grad_map());
 }
 
 template <class Scalar>
 template <std::size_t Rank>
-void Linear<Scalar>::backward_parameters(const Tensor<Scalar, Rank>& x,
-                                         const Tensor<Scalar, Rank>& dy) {
-  check_backward("backward_parameters", x, dy);
-  linear_backward_parameters<Scalar>(x.matrix(), dy.matrix(), weight_grad_.matrix(),
-                                     bias_grad_view());
-}
-
-template <class Scalar>
-template <std::size_t Rank>
-void Linear<Scalar>::check_backward(const char* op, const Tensor<Scalar, Rank>& x,
-                                    const Tensor<Scalar, Rank>& dy) const {
+void Linear<Scalar>::check_backward(const char* op, const ConstTensorView<Scalar, Rank>& x,
+                                    const ConstTensorView<Scalar, Rank>& dy) const {
   check_input(op, x);
   if (dy.shape() != output_shape(x.shape())) {
     throw ShapeError(detail::concat(
         "Linear::", op, ": dy has shape ", format_shape(dy.shape()), " but forward(x) has shape ",
         format_shape(output_shape(x.shape())), " (x: ", format_shape(x.shape()), ")"));
   }
-}
-
-template <class Scalar>
-std::optional<VectorMap<Scalar>> Linear<Scalar>::bias_grad_view() {
-  if (!has_bias_) return std::nullopt;
-  return VectorMap<Scalar>(bias_grad_.data(), out_features_);
+  // x and dy are read while dW and db are written.
+  check_not_own_buffer(op, "x", x, false);
+  check_not_own_buffer(op, "dy", dy, false);
 }
 
 template <class Scalar>

@@ -1,15 +1,19 @@
-// dissect/tensor.hpp — Tensor<Scalar, Rank>: an owning, contiguous, row-major buffer with a shape.
+// dissect/tensor.hpp — Tensor<Scalar, Rank>, an owning contiguous row-major buffer with a shape,
+// and TensorView<Scalar, Rank>, the non-owning pointer + shape that every layer reads and writes.
 //
-// The tensor does no arithmetic of its own: layers take matrix views of it (leading axes folded
-// into rows, the last axis as columns) and hand those to Eigen. The buffer is 64-byte aligned so
-// the views can promise Eigen full-width aligned loads. Copies are deep and explicit in cost;
-// moves are free. Scalar is float or double.
+// Neither does arithmetic of its own: layers take matrix views (leading axes folded into rows,
+// the last axis as columns) and hand those to Eigen. Tensor copies are deep and explicit in cost;
+// moves are free. Views are free: reshape, flatten and matrix() on a view never copy, and a view
+// can change values but never the shape or the address of what it looks at — which is how a
+// layer hands out its parameters. TensorView<const Scalar, Rank> (ConstTensorView) is read-only.
+// Scalar is float or double.
 #pragma once
 
 #include <Eigen/Core>
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
@@ -45,6 +49,13 @@ using ConstVectorMap = Eigen::Map<const Eigen::Matrix<Scalar, Eigen::Dynamic, 1>
 
 template <class Scalar, std::size_t Rank>
 class Tensor;
+template <class Scalar, std::size_t Rank>
+class TensorView;
+
+/// A read-only view: what layers take as input.
+template <class Scalar, std::size_t Rank>
+using ConstTensorView = TensorView<const Scalar, Rank>;
+
 
 namespace detail {
 /// Frees what Tensor allocates with 64-byte alignment; one type for every rank, so a reshape
@@ -58,7 +69,11 @@ struct AlignedFree {
 };
 }  // namespace detail
 
-/// |a - b| <= atol + rtol·|b| elementwise, shapes equal; NaN never compares close.
+/// |a - b| <= atol + rtol·|b| elementwise, shapes equal, as torch.allclose: NaN never compares
+/// close, and an infinity is close only to the same infinity.
+template <class A, class B, std::size_t Rank>
+bool allclose(const TensorView<A, Rank>& a, const TensorView<B, Rank>& b, double rtol = 1e-5,
+              double atol = 1e-8);
 template <class Scalar, std::size_t Rank>
 bool allclose(const Tensor<Scalar, Rank>& a, const Tensor<Scalar, Rank>& b, double rtol = 1e-5,
               double atol = 1e-8);
@@ -66,6 +81,256 @@ bool allclose(const Tensor<Scalar, Rank>& a, const Tensor<Scalar, Rank>& b, doub
 /// Prints "Tensor<float>[2, 3] { … }" with at most a few values per axis.
 template <class Scalar, std::size_t Rank>
 std::ostream& operator<<(std::ostream& out, const Tensor<Scalar, Rank>& tensor);
+
+// ---- shape helpers shared by Tensor and TensorView -----------------------------------------------
+
+namespace detail {
+
+/// `shape` with one extent of -1 inferred so that it holds `size` elements, as torch's reshape.
+/// @throws ShapeError for a second -1, another negative extent, or a count that differs.
+template <std::size_t OldRank, std::size_t NewRank>
+Shape<NewRank> resolve_reshape(const char* op, const Shape<OldRank>& from, index_t size,
+                               Shape<NewRank> to) {
+  std::size_t inferred = NewRank;
+  index_t known = 1;
+  for (std::size_t axis = 0; axis < NewRank; ++axis) {
+    if (to[axis] == -1 && inferred == NewRank) {
+      inferred = axis;
+      continue;
+    }
+    if (to[axis] < 0) {
+      throw ShapeError(concat(op, ": invalid extent ", to[axis], " at axis ", axis, " of ",
+                              format_shape(to), " (only one -1 may be inferred)"));
+    }
+    if (mul_overflows(known, to[axis])) {
+      throw OverflowError(concat(op, ": element count of ", format_shape(to), " overflows int64"));
+    }
+    known *= to[axis];
+  }
+  if (inferred < NewRank) {
+    if (known == 0 || size % known != 0) {
+      throw ShapeError(concat(op, ": cannot infer the -1 of ", format_shape(to), " for shape ",
+                              format_shape(from), " (", size, " elements)"));
+    }
+    to[inferred] = size / known;
+    known = size;
+  }
+  if (known != size) {
+    throw ShapeError(concat(op, ": cannot view shape ", format_shape(from), " (", size,
+                            " elements) as ", format_shape(to), " (", known, " elements)"));
+  }
+  return to;
+}
+
+/// Throws Error naming the axis and the shape unless axis < Rank.
+template <std::size_t Rank>
+void check_axis(const char* op, std::size_t axis, const Shape<Rank>& shape) {
+  if (axis >= Rank) {
+    throw Error(concat(op, ": axis ", axis, " is out of range for shape ", format_shape(shape),
+                       " (rank ", Rank, ")"));
+  }
+}
+
+/// Whether [a, a + a_count) and [b, b + b_count) share an element: the one aliasing test.
+template <class A, class B>
+bool ranges_overlap(const A* a, index_t a_count, const B* b, index_t b_count) {
+  if (a_count <= 0 || b_count <= 0) return false;
+  const auto a_begin = reinterpret_cast<std::uintptr_t>(a);
+  const auto b_begin = reinterpret_cast<std::uintptr_t>(b);
+  const auto a_end = a_begin + static_cast<std::uintptr_t>(a_count) * sizeof(A);
+  const auto b_end = b_begin + static_cast<std::uintptr_t>(b_count) * sizeof(B);
+  return a_begin < b_end && b_begin < a_end;
+}
+
+}  // namespace detail
+
+// ---- TensorView ---------------------------------------------------------------------------------
+
+/// A contiguous row-major window onto values it does not own: a pointer and a shape. T is the
+/// element type, `const Scalar` for a read-only view. Keep the owner alive while the view is used
+/// (as with std::span). The shape and address are fixed for the view's life; values are not.
+template <class T, std::size_t Rank>
+class TensorView {
+ public:
+  using scalar_type = std::remove_const_t<T>;
+  using element_type = T;
+  static constexpr std::size_t rank = Rank;
+  static constexpr bool writable = !std::is_const_v<T>;
+  static_assert(is_supported_scalar_v<scalar_type>,
+                "dissect::TensorView holds float or double; other scalar types are not supported");
+  static_assert(Rank >= 1, "dissect::TensorView needs rank >= 1");
+
+  /// An empty view: every extent 0.
+  TensorView() = default;
+
+  /// `shape` over the values at `data`.
+  /// @throws ShapeError for a negative extent or an overflowing size; Error for a null `data`
+  ///         under a non-empty shape.
+  TensorView(T* data, const Shape<Rank>& shape)
+      : data_(data), shape_(shape), size_(element_count(shape, "TensorView")) {
+    if (data_ == nullptr && size_ > 0) {
+      throw Error(detail::concat("TensorView: null data for shape ", format_shape(shape_)));
+    }
+  }
+
+  /// A writable view converts to a read-only one.
+  template <class U>
+    requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
+  TensorView(const TensorView<U, Rank>& other)  // NOLINT: implicit, as T* → const T*
+      : data_(other.data()), shape_(other.shape()), size_(other.size()) {}
+
+  /// The whole of a tensor (read-only views also bind to const tensors and temporaries).
+  TensorView(Tensor<scalar_type, Rank>& tensor)  // NOLINT: implicit, as std::span
+      : data_(tensor.data()), shape_(tensor.shape()), size_(tensor.size()) {}
+  TensorView(const Tensor<scalar_type, Rank>& tensor)  // NOLINT: implicit, as std::span
+    requires(!writable)
+      : data_(tensor.data()), shape_(tensor.shape()), size_(tensor.size()) {}
+
+  const Shape<Rank>& shape() const { return shape_; }
+  /// @throws Error if axis >= Rank.
+  index_t dim(std::size_t axis) const {
+    detail::check_axis("dim", axis, shape_);
+    return shape_[axis];
+  }
+  index_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  T* data() const { return data_; }
+  T* begin() const { return data_; }
+  T* end() const { return data_ + size_; }
+
+  /// Unchecked element access: one index per axis.
+  template <class... Indices>
+  T& operator()(Indices... indices) const {
+    return data_[offset_of(indices...)];
+  }
+  /// Checked element access. @throws Error naming the index, the axis and the shape.
+  template <class... Indices>
+  T& at(Indices... indices) const {
+    check_indices(indices...);
+    return data_[offset_of(indices...)];
+  }
+
+  /// The same values under `new_shape` (one extent may be -1, inferred), without copying.
+  /// @throws ShapeError if the element counts differ.
+  template <std::size_t NewRank>
+  TensorView<T, NewRank> reshape(const Shape<NewRank>& new_shape) const {
+    return {data_, detail::resolve_reshape("TensorView::reshape", shape_, size_, new_shape)};
+  }
+  /// All values as one axis.
+  TensorView<T, 1> flatten() const { return {data_, Shape<1>{size_}}; }
+
+  /// [prod(leading axes), last axis]: how a linear layer sees its input.
+  auto matrix() const {
+    using Map = std::conditional_t<writable, MatrixMap<scalar_type>, ConstMatrixMap<scalar_type>>;
+    return Map(data_, leading_count(shape_), shape_[Rank - 1]);
+  }
+  /// All elements as one column vector.
+  auto vector() const {
+    using Map = std::conditional_t<writable, VectorMap<scalar_type>, ConstVectorMap<scalar_type>>;
+    return Map(data_, size_);
+  }
+
+  void fill(scalar_type value) const
+    requires writable
+  {
+    std::fill_n(data_, size_, value);
+  }
+
+  /// Copies `source`'s values in (it may overlap this view). Shape and address stay.
+  /// @throws ShapeError naming both shapes if they differ.
+  void copy_from(const TensorView<const scalar_type, Rank>& source) const
+    requires writable
+  {
+    if (source.shape() != shape_) {
+      throw ShapeError(detail::concat("TensorView::copy_from: source has shape ",
+                                      format_shape(source.shape()), " but the view has shape ",
+                                      format_shape(shape_)));
+    }
+    if (size_ > 0) std::memmove(data_, source.data(), static_cast<std::size_t>(size_) * sizeof(T));
+  }
+
+  /// Whether the two views share any element.
+  template <class U, std::size_t OtherRank>
+  bool overlaps(const TensorView<U, OtherRank>& other) const {
+    return detail::ranges_overlap(data_, size_, other.data(), other.size());
+  }
+
+ private:
+  template <class... Indices>
+  index_t offset_of(Indices... indices) const {
+    static_assert(sizeof...(Indices) == Rank, "dissect::Tensor: give exactly one index per axis");
+    static_assert((std::is_integral_v<Indices> && ...), "dissect::Tensor: indices are integers");
+    const index_t index[] = {static_cast<index_t>(indices)...};
+    index_t offset = 0;
+    for (std::size_t axis = 0; axis < Rank; ++axis) offset = offset * shape_[axis] + index[axis];
+    return offset;
+  }
+
+  template <class... Indices>
+  void check_indices(Indices... indices) const {
+    static_assert(sizeof...(Indices) == Rank, "dissect::Tensor: give exactly one index per axis");
+    const index_t index[] = {static_cast<index_t>(indices)...};
+    for (std::size_t axis = 0; axis < Rank; ++axis) {
+      if (index[axis] < 0 || index[axis] >= shape_[axis]) {
+        throw Error(detail::concat("Tensor::at: index ", index[axis], " is out of range for axis ",
+                                   axis, " (size ", shape_[axis], ") of shape ",
+                                   format_shape(shape_)));
+      }
+    }
+  }
+
+  T* data_ = nullptr;
+  Shape<Rank> shape_{};
+  index_t size_ = 0;
+};
+
+// ---- tensor-like arguments ------------------------------------------------------------------------
+// Rank-generic functions (Linear::forward, activations) take any Tensor or TensorView; these name
+// its scalar and rank and turn it into a view, so each such function has one implementation.
+
+template <class X>
+struct tensor_traits {};
+template <class Scalar, std::size_t Rank>
+struct tensor_traits<Tensor<Scalar, Rank>> {
+  using scalar_type = Scalar;
+  static constexpr std::size_t rank = Rank;
+  static constexpr bool writable = true;
+};
+template <class T, std::size_t Rank>
+struct tensor_traits<TensorView<T, Rank>> {
+  using scalar_type = std::remove_const_t<T>;
+  static constexpr std::size_t rank = Rank;
+  static constexpr bool writable = !std::is_const_v<T>;
+};
+
+/// A Tensor or a TensorView (of any constness, by value or reference).
+template <class X>
+concept TensorLike = requires { tensor_traits<std::remove_cvref_t<X>>::rank; };
+
+template <TensorLike X>
+using scalar_of = typename tensor_traits<std::remove_cvref_t<X>>::scalar_type;
+template <TensorLike X>
+inline constexpr std::size_t rank_of = tensor_traits<std::remove_cvref_t<X>>::rank;
+/// A non-const Tensor lvalue or a writable view: something an output can be written into.
+template <class X>
+concept WritableTensor =
+    TensorLike<X> && tensor_traits<std::remove_cvref_t<X>>::writable &&
+    (!std::is_const_v<std::remove_reference_t<X>> || requires { std::remove_cvref_t<X>::writable; });
+
+/// A read-only view of any tensor-like argument.
+template <TensorLike X>
+ConstTensorView<scalar_of<X>, rank_of<X>> const_view(const X& x) {
+  return ConstTensorView<scalar_of<X>, rank_of<X>>(x);
+}
+/// A writable view of a non-const Tensor or a writable view.
+template <WritableTensor X>
+TensorView<scalar_of<X>, rank_of<X>> writable_view(X&& x) {
+  if constexpr (requires { x.view(); }) {
+    return x.view();
+  } else {
+    return x;
+  }
+}
 
 // ---- Tensor -------------------------------------------------------------------------------------
 
@@ -102,6 +367,15 @@ class Tensor {
     std::copy(values.begin(), values.end(), data_.get());
   }
 
+  /// A copy of a view's values (the one way a view becomes an owner: copies are explicit).
+  explicit Tensor(const ConstTensorView<Scalar, Rank>& values)
+      : shape_(values.shape()), size_(values.size()) {
+    allocate();
+    std::copy_n(values.data(), size_, data_.get());
+  }
+  explicit Tensor(const TensorView<Scalar, Rank>& values)
+      : Tensor(ConstTensorView<Scalar, Rank>(values)) {}
+
   /// A tensor whose values are unspecified: for outputs that are written in full before any read
   /// (what Linear::forward returns), so no pass over memory is spent zeroing them.
   static Tensor uninitialized(Shape<Rank> shape) { return Tensor(shape, Uninitialized{}); }
@@ -127,7 +401,8 @@ class Tensor {
   ~Tensor() = default;
 
   const Shape<Rank>& shape() const { return shape_; }
-  index_t dim(std::size_t axis) const { return shape_.at(axis); }
+  /// @throws Error if axis >= Rank.
+  index_t dim(std::size_t axis) const { return cview().dim(axis); }
   index_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   Scalar* data() { return data_.get(); }
@@ -137,44 +412,48 @@ class Tensor {
   const Scalar* begin() const { return data(); }
   const Scalar* end() const { return data() + size_; }
 
+  /// The whole tensor as a view (values writable through it, shape and buffer not).
+  TensorView<Scalar, Rank> view() { return {data(), shape_}; }
+  ConstTensorView<Scalar, Rank> view() const { return cview(); }
+  ConstTensorView<Scalar, Rank> cview() const { return {data(), shape_}; }
+
   /// Unchecked element access: one index per axis.
   template <class... Indices>
   Scalar& operator()(Indices... indices) {
-    return data_.get()[offset_of(indices...)];
+    return view()(indices...);
   }
   template <class... Indices>
   const Scalar& operator()(Indices... indices) const {
-    return data_.get()[offset_of(indices...)];
+    return cview()(indices...);
   }
 
   /// Checked element access. @throws Error naming the index, the axis and the shape.
   template <class... Indices>
   Scalar& at(Indices... indices) {
-    check_indices(indices...);
-    return (*this)(indices...);
+    return view().at(indices...);
   }
   template <class... Indices>
   const Scalar& at(Indices... indices) const {
-    check_indices(indices...);
-    return (*this)(indices...);
+    return cview().at(indices...);
   }
 
   void fill(Scalar value) { std::fill_n(data(), size_, value); }
 
-  /// The same values under a new shape with the same element count (a copy; the rvalue overload
-  /// moves the buffer instead). @throws ShapeError if the counts differ.
+  /// The same values under a new shape with the same element count; one extent may be -1 and is
+  /// then inferred. A copy (the rvalue overload moves the buffer instead; view().reshape() neither
+  /// copies nor moves). @throws ShapeError if the counts differ, before anything is allocated.
   template <std::size_t NewRank>
   Tensor<Scalar, NewRank> reshape(const Shape<NewRank>& new_shape) const& {
-    auto result = Tensor<Scalar, NewRank>::uninitialized(new_shape);
-    check_reshape(new_shape, result.size());
+    const auto resolved = detail::resolve_reshape("Tensor::reshape", shape_, size_, new_shape);
+    auto result = Tensor<Scalar, NewRank>::uninitialized(resolved);
     std::copy_n(data(), size_, result.data());
     return result;
   }
   template <std::size_t NewRank>
   Tensor<Scalar, NewRank> reshape(const Shape<NewRank>& new_shape) && {
-    check_reshape(new_shape, element_count(new_shape, "Tensor::reshape"));
+    const auto resolved = detail::resolve_reshape("Tensor::reshape", shape_, size_, new_shape);
     Tensor<Scalar, NewRank> result;
-    result.adopt(new_shape, size_, std::move(data_));
+    result.adopt(resolved, size_, std::move(data_));
     shape_ = Shape<Rank>{};
     size_ = 0;
     return result;
@@ -185,13 +464,11 @@ class Tensor {
   Tensor permute(const std::array<std::size_t, Rank>& order) const;
 
   /// [prod(leading axes), last axis] view: how a linear layer sees its input.
-  MatrixMap<Scalar> matrix() { return {data(), leading_count(shape_), shape_[Rank - 1]}; }
-  ConstMatrixMap<Scalar> matrix() const {
-    return {data(), leading_count(shape_), shape_[Rank - 1]};
-  }
+  MatrixMap<Scalar> matrix() { return view().matrix(); }
+  ConstMatrixMap<Scalar> matrix() const { return cview().matrix(); }
   /// All elements as one column vector.
-  VectorMap<Scalar> vector() { return {data(), size_}; }
-  ConstVectorMap<Scalar> vector() const { return {data(), size_}; }
+  VectorMap<Scalar> vector() { return view().vector(); }
+  ConstVectorMap<Scalar> vector() const { return cview().vector(); }
 
  private:
   template <class, std::size_t>
@@ -225,38 +502,6 @@ class Tensor {
     shape_ = shape;
     size_ = size;
     data_ = std::move(data);
-  }
-
-  template <std::size_t NewRank>
-  void check_reshape(const Shape<NewRank>& new_shape, index_t new_size) const {
-    if (new_size != size_) {
-      throw ShapeError(detail::concat("Tensor::reshape: cannot view shape ", format_shape(shape_),
-                                      " (", size_, " elements) as ", format_shape(new_shape), " (",
-                                      new_size, " elements)"));
-    }
-  }
-
-  template <class... Indices>
-  index_t offset_of(Indices... indices) const {
-    static_assert(sizeof...(Indices) == Rank, "dissect::Tensor: give exactly one index per axis");
-    static_assert((std::is_integral_v<Indices> && ...), "dissect::Tensor: indices are integers");
-    const index_t index[] = {static_cast<index_t>(indices)...};
-    index_t offset = 0;
-    for (std::size_t axis = 0; axis < Rank; ++axis) offset = offset * shape_[axis] + index[axis];
-    return offset;
-  }
-
-  template <class... Indices>
-  void check_indices(Indices... indices) const {
-    static_assert(sizeof...(Indices) == Rank, "dissect::Tensor: give exactly one index per axis");
-    const index_t index[] = {static_cast<index_t>(indices)...};
-    for (std::size_t axis = 0; axis < Rank; ++axis) {
-      if (index[axis] < 0 || index[axis] >= shape_[axis]) {
-        throw Error(detail::concat("Tensor::at: index ", index[axis], " is out of range for axis ",
-                                   axis, " (size ", shape_[axis], ") of shape ",
-                                   format_shape(shape_)));
-      }
-    }
   }
 
   Shape<Rank> shape_{};
@@ -306,16 +551,23 @@ Tensor<Scalar, Rank> Tensor<Scalar, Rank>::permute(
   return result;
 }
 
-template <class Scalar, std::size_t Rank>
-bool allclose(const Tensor<Scalar, Rank>& a, const Tensor<Scalar, Rank>& b, double rtol,
+template <class A, class B, std::size_t Rank>
+bool allclose(const TensorView<A, Rank>& a, const TensorView<B, Rank>& b, double rtol,
               double atol) {
   if (a.shape() != b.shape()) return false;
   for (index_t i = 0; i < a.size(); ++i) {
-    double x = a.data()[i];
-    double y = b.data()[i];
+    const double x = a.data()[i];
+    const double y = b.data()[i];
+    if (x == y) continue;  // equal infinities are close; |∞ − ∞| would be NaN
     if (!(std::abs(x - y) <= atol + rtol * std::abs(y))) return false;
   }
   return true;
+}
+
+template <class Scalar, std::size_t Rank>
+bool allclose(const Tensor<Scalar, Rank>& a, const Tensor<Scalar, Rank>& b, double rtol,
+              double atol) {
+  return allclose(a.view(), b.view(), rtol, atol);
 }
 
 template <class Scalar, std::size_t Rank>

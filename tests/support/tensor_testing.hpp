@@ -75,11 +75,14 @@ std::string index_of(const Shape<Rank>& shape, index_t offset) {
 
 /// Compares elementwise against a per-element bound: |actual − expected| <= bound (+ tiny).
 /// On failure prints the shape, the first mismatches with their indices, and maxdiff.
-template <class A, class B, class C, std::size_t Rank>
+template <TensorLike A, TensorLike B, TensorLike C>
+  requires(rank_of<A> == rank_of<B> && rank_of<B> == rank_of<C>)
 ::testing::AssertionResult tensors_within(const char* actual_expr, const char* expected_expr,
-                                          const char*, const Tensor<A, Rank>& actual,
-                                          const Tensor<B, Rank>& expected,
-                                          const Tensor<C, Rank>& bound) {
+                                          const char*, const A& actual_tensor,
+                                          const B& expected_tensor, const C& bound_tensor) {
+  const auto actual = const_view(actual_tensor);
+  const auto expected = const_view(expected_tensor);
+  const auto bound = const_view(bound_tensor);
   if (actual.shape() != expected.shape()) {
     return ::testing::AssertionFailure()
            << actual_expr << " has shape " << format_shape(actual.shape()) << " but "
@@ -109,11 +112,13 @@ template <class A, class B, class C, std::size_t Rank>
 }
 
 /// |actual − expected| <= atol + rtol·|expected|, with the same report as above.
-template <class A, class B, std::size_t Rank>
+template <TensorLike A, TensorLike B>
+  requires(rank_of<A> == rank_of<B>)
 ::testing::AssertionResult tensors_near(const char* actual_expr, const char* expected_expr,
-                                        const char*, const char*, const Tensor<A, Rank>& actual,
-                                        const Tensor<B, Rank>& expected, double rtol, double atol) {
-  Tensor<double, Rank> bound(expected.shape());
+                                        const char*, const char*, const A& actual,
+                                        const B& expected_tensor, double rtol, double atol) {
+  const auto expected = const_view(expected_tensor);
+  Tensor<double, rank_of<B>> bound(expected.shape());
   for (index_t i = 0; i < bound.size(); ++i) {
     bound.data()[i] = atol + rtol * std::abs(static_cast<double>(expected.data()[i]));
   }
@@ -152,16 +157,19 @@ Tensor<Scalar, Rank> random_tensor(const Shape<Rank>& shape, std::mt19937_64& en
   return tensor;
 }
 
-template <class Scalar, std::size_t Rank>
-Tensor<double, Rank> to_double(const Tensor<Scalar, Rank>& tensor) {
-  Tensor<double, Rank> result(tensor.shape());
+template <TensorLike X>
+Tensor<double, rank_of<X>> to_double(const X& x) {
+  const auto tensor = const_view(x);
+  Tensor<double, rank_of<X>> result(tensor.shape());
   std::copy(tensor.begin(), tensor.end(), result.begin());
   return result;
 }
 
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> absolute(const Tensor<Scalar, Rank>& tensor) {
-  Tensor<Scalar, Rank> result(tensor.shape());
+template <TensorLike X>
+Tensor<scalar_of<X>, rank_of<X>> absolute(const X& x) {
+  using Scalar = scalar_of<X>;
+  const auto tensor = const_view(x);
+  Tensor<Scalar, rank_of<X>> result(tensor.shape());
   std::transform(tensor.begin(), tensor.end(), result.begin(),
                  [](Scalar value) { return std::abs(value); });
   return result;

@@ -1,0 +1,370 @@
+// dissect/module.hpp — what makes a layer trainable, and Sequential, the simplest composition.
+//
+// A module is anything with for_each_parameter(visit): it calls visit(name, value, grad) once per
+// parameter, with PyTorch state_dict names ("qkv.weight", "0.bias") and views of the values and
+// their gradients. That one function gives every module zero_grad, parameter_count and names,
+// and lets an optimizer take any module. Composition is by value (members, Sequential), never
+// through a virtual base: each module's backward is written and proven by hand.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "dissect/error.hpp"
+#include "dissect/shape.hpp"
+#include "dissect/tensor.hpp"
+
+namespace dissect {
+
+// ---- declarations -------------------------------------------------------------------------------
+
+/// A parameter's state_dict name as a path of parts ("h", "0", "attn", "qkv", "weight"): views
+/// into the modules' own storage, so visiting parameters (every zero_grad) never allocates.
+class ParameterName {
+ public:
+  static constexpr std::size_t max_depth = 16;
+
+  explicit ParameterName(std::string_view leaf) : parts_{leaf}, depth_(1) {}
+
+  /// This name inside a module called `prefix`: "weight" under "qkv" is "qkv.weight".
+  /// @throws Error if the path would be deeper than max_depth.
+  ParameterName under(std::string_view prefix) const;
+
+  /// The dotted name, "qkv.weight".
+  std::string str() const;
+  friend bool operator==(const ParameterName& name, std::string_view text) {
+    return name.str() == text;
+  }
+  friend std::ostream& operator<<(std::ostream& out, const ParameterName& name) {
+    return out << name.str();
+  }
+
+ private:
+  ParameterName() = default;
+  std::array<std::string_view, max_depth> parts_{};
+  std::size_t depth_ = 0;
+};
+
+namespace detail {
+/// Accepts any parameter: what the Module concept calls for_each_parameter with.
+struct ParameterProbe {
+  template <class Value, class Grad>
+  void operator()(const ParameterName&, Value, Grad) const {}
+};
+}  // namespace detail
+
+/// Anything whose parameters can be visited, mutably and read-only. Stateless layers (ReLU) are
+/// modules with no parameters.
+template <class M>
+concept Module = requires(M& module, const M& const_module) {
+  module.for_each_parameter(detail::ParameterProbe{});
+  const_module.for_each_parameter(detail::ParameterProbe{});
+};
+
+/// Visits `child`'s parameters under `prefix` ("up" + "weight" → "up.weight"): how a module
+/// made of modules writes its for_each_parameter.
+template <class Child, class Visitor>
+void visit_child(std::string_view prefix, Child& child, Visitor& visit) {
+  child.for_each_parameter([&](const ParameterName& name, auto value, auto grad) {
+    visit(name.under(prefix), value, grad);
+  });
+}
+
+/// Sets every gradient of `module` to zero (gradients accumulate until then, as in PyTorch).
+template <Module M>
+void zero_grad(M& module);
+
+/// Σ of the parameters' element counts. @throws OverflowError if it leaves int64.
+template <Module M>
+index_t parameter_count(const M& module);
+
+/// Every parameter's state_dict name, in visiting order.
+template <Module M>
+std::vector<std::string> parameter_names(const M& module);
+
+/// zero_grad() and parameter_count() as members, from for_each_parameter: a module derives from
+/// ParameterMethods<Itself> (CRTP, no virtual functions) instead of writing them by hand.
+template <class Derived>
+class ParameterMethods {
+ public:
+  void zero_grad() { dissect::zero_grad(static_cast<Derived&>(*this)); }
+  index_t parameter_count() const {
+    return dissect::parameter_count(static_cast<const Derived&>(*this));
+  }
+};
+
+/// "0", "1", …: the names of positions in a Sequential or a layer stack, as stable views.
+std::string_view index_name(std::size_t index);
+
+/// Layers applied in order, y = layers[n−1](…layers[0](x)), as nn.Sequential: parameters are
+/// named by position ("0.weight", "2.bias"; stateless layers take a position but no names).
+/// Every layer maps [..., features] to [..., features'] at the same rank; Scalar comes from the
+/// layers that have one (Linear<float>: float).
+///
+/// Training: forward(x, cache) keeps each layer's output (and each layer's own Cache, for blocks
+/// that have one); backward(x, cache, dy) runs the layers' backwards in reverse. The cache's
+/// buffers are reused across steps of the same shape: no allocation after the first step, for
+/// layers with forward_into/backward_into.
+template <class... Layers>
+class Sequential;
+
+// ---- implementation -----------------------------------------------------------------------------
+
+inline ParameterName ParameterName::under(std::string_view prefix) const {
+  if (depth_ == max_depth) {
+    throw Error(detail::concat("ParameterName: \"", prefix, ".", str(), "\" is deeper than ",
+                               max_depth, " parts"));
+  }
+  ParameterName result;
+  result.parts_[0] = prefix;
+  std::copy_n(parts_.begin(), depth_, result.parts_.begin() + 1);
+  result.depth_ = depth_ + 1;
+  return result;
+}
+
+inline std::string ParameterName::str() const {
+  std::string text;
+  for (std::size_t i = 0; i < depth_; ++i) {
+    if (i > 0) text += '.';
+    text += parts_[i];
+  }
+  return text;
+}
+
+template <Module M>
+void zero_grad(M& module) {
+  module.for_each_parameter([](const ParameterName&, auto, auto grad) { grad.fill(0); });
+}
+
+template <Module M>
+index_t parameter_count(const M& module) {
+  index_t count = 0;
+  module.for_each_parameter([&](const ParameterName&, auto value, auto) {
+    count = checked_add(count, value.size(), "parameter_count");
+  });
+  return count;
+}
+
+template <Module M>
+std::vector<std::string> parameter_names(const M& module) {
+  std::vector<std::string> names;
+  module.for_each_parameter(
+      [&](const ParameterName& name, auto, auto) { names.push_back(name.str()); });
+  return names;
+}
+
+inline std::string_view index_name(std::size_t index) {
+  // Built once; the strings never move, so the views stay valid for the program's life.
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> all(1024);
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = std::to_string(i);
+    return all;
+  }();
+  if (index >= names.size()) {
+    throw Error(detail::concat("index_name: position ", index, " is beyond ", names.size()));
+  }
+  return names[index];
+}
+
+namespace detail {
+
+template <class Layer>
+concept HasScalar = requires { typename Layer::scalar_type; };
+
+template <class... Layers>
+struct first_scalar;
+template <class First, class... Rest>
+struct first_scalar<First, Rest...> {
+  using type = typename std::conditional_t<HasScalar<First>, First, first_scalar<Rest...>>::type;
+};
+template <>
+struct first_scalar<> {
+  using type = void;
+};
+template <class Layer>
+  requires HasScalar<Layer>
+struct first_scalar<Layer> {
+  using type = typename Layer::scalar_type;
+};
+
+/// A layer with its own training cache (FeedForward, GatedFeedForward): forward(x, cache).
+template <class Layer>
+concept HasCache = requires { typename Layer::Cache; };
+template <class Layer>
+struct layer_cache {
+  struct type {};
+};
+template <HasCache Layer>
+struct layer_cache<Layer> {
+  using type = typename Layer::Cache;
+};
+
+template <class Layer, class Scalar, std::size_t Rank>
+concept ForwardsInto = requires(const Layer& layer, ConstTensorView<Scalar, Rank> x,
+                                TensorView<Scalar, Rank> y, Shape<Rank> shape) {
+  { layer.output_shape(shape) } -> std::same_as<Shape<Rank>>;
+  layer.forward_into(x, y);
+};
+template <class Layer, class Scalar, std::size_t Rank>
+concept BackwardsInto = requires(Layer& layer, ConstTensorView<Scalar, Rank> x,
+                                 TensorView<Scalar, Rank> dx) { layer.backward_into(x, x, dx); };
+template <class Layer, class Scalar, std::size_t Rank>
+concept HasBackwardParameters = requires(Layer& layer, ConstTensorView<Scalar, Rank> x) {
+  layer.backward_parameters(x, x);
+};
+
+/// `buffer` shaped `shape`, reallocated only when its shape differs: the cache reuse that keeps
+/// training steps of one shape free of allocation.
+template <class Scalar, std::size_t Rank>
+TensorView<Scalar, Rank> reuse_buffer(Tensor<Scalar, Rank>& buffer, const Shape<Rank>& shape) {
+  if (buffer.shape() != shape) buffer = Tensor<Scalar, Rank>::uninitialized(shape);
+  return buffer.view();
+}
+
+}  // namespace detail
+
+template <class... Layers>
+class Sequential : public ParameterMethods<Sequential<Layers...>> {
+  static_assert(sizeof...(Layers) >= 1, "dissect::Sequential needs at least one layer");
+
+ public:
+  using scalar_type = typename detail::first_scalar<Layers...>::type;
+  static_assert(is_supported_scalar_v<scalar_type>,
+                "dissect::Sequential: at least one layer must have a scalar_type (float or double)");
+  static constexpr std::size_t size = sizeof...(Layers);
+
+  /// What backward needs from forward(x, cache); reusable across steps.
+  template <std::size_t Rank>
+  struct Cache {
+    std::array<Tensor<scalar_type, Rank>, size> outputs;  ///< each layer's output
+    std::array<Tensor<scalar_type, Rank>, size> grads;    ///< backward's workspace
+    std::tuple<typename detail::layer_cache<Layers>::type...> layers;
+  };
+
+  explicit Sequential(Layers... layers) : layers_(std::move(layers)...) {}
+
+  /// Layer I, by position.
+  template <std::size_t I>
+  auto& get() {
+    return std::get<I>(layers_);
+  }
+  template <std::size_t I>
+  const auto& get() const {
+    return std::get<I>(layers_);
+  }
+
+  /// x: [..., in] → y: [..., out] through every layer.
+  template <TensorLike X>
+  Tensor<scalar_type, rank_of<X>> forward(const X& x) const {
+    return forward_impl<0>(const_view(x));
+  }
+
+  /// As forward, keeping what backward needs in `cache`.
+  template <TensorLike X>
+  Tensor<scalar_type, rank_of<X>> forward(const X& x, Cache<rank_of<X>>& cache) const {
+    return forward_cached<0>(const_view(x), cache);
+  }
+
+  /// x and cache from forward(x, cache), dy: [..., out] → dx: [..., in]; every layer adds to its
+  /// gradients. @throws ShapeError from the first layer that does not fit (layers after it in the
+  /// backward order have already added their gradients: check shapes with forward first).
+  template <TensorLike X, TensorLike DY>
+  Tensor<scalar_type, rank_of<X>> backward(const X& x, Cache<rank_of<X>>& cache, const DY& dy) {
+    return Tensor<scalar_type, rank_of<X>>(
+        backward_from<size - 1, true>(const_view(x), cache, const_view(dy)));
+  }
+
+  /// As backward, without dx: the first layer adds only its parameter gradients (for a model's
+  /// input layer, whose input needs no gradient).
+  template <TensorLike X, TensorLike DY>
+  void backward_parameters(const X& x, Cache<rank_of<X>>& cache, const DY& dy) {
+    backward_from<size - 1, false>(const_view(x), cache, const_view(dy));
+  }
+
+  template <class Visitor>
+  void for_each_parameter(Visitor&& visit) {
+    visit_layers(*this, visit, std::make_index_sequence<size>{});
+  }
+  template <class Visitor>
+  void for_each_parameter(Visitor&& visit) const {
+    visit_layers(*this, visit, std::make_index_sequence<size>{});
+  }
+
+ private:
+  template <class Self, class Visitor, std::size_t... I>
+  static void visit_layers(Self& self, Visitor& visit, std::index_sequence<I...>) {
+    (visit_child(index_name(I), std::get<I>(self.layers_), visit), ...);
+  }
+
+  template <std::size_t I, std::size_t Rank>
+  Tensor<scalar_type, Rank> forward_impl(ConstTensorView<scalar_type, Rank> x) const {
+    auto y = std::get<I>(layers_).forward(x);
+    if constexpr (I + 1 == size) {
+      return y;
+    } else {
+      return forward_impl<I + 1>(y.cview());
+    }
+  }
+
+  template <std::size_t I, std::size_t Rank>
+  Tensor<scalar_type, Rank> forward_cached(ConstTensorView<scalar_type, Rank> x,
+                                           Cache<Rank>& cache) const {
+    using Layer = std::tuple_element_t<I, std::tuple<Layers...>>;
+    const Layer& layer = std::get<I>(layers_);
+    Tensor<scalar_type, Rank>& out = cache.outputs[I];
+    if constexpr (detail::HasCache<Layer>) {
+      out = layer.forward(x, std::get<I>(cache.layers));
+    } else if constexpr (detail::ForwardsInto<Layer, scalar_type, Rank>) {
+      layer.forward_into(x, detail::reuse_buffer(out, layer.output_shape(x.shape())));
+    } else {
+      out = layer.forward(x);
+    }
+    if constexpr (I + 1 == size) {
+      return out;  // a copy: the cache keeps its own for the next step's reuse
+    } else {
+      return forward_cached<I + 1>(out.cview(), cache);
+    }
+  }
+
+  /// Runs layer I's backward, then the layers before it; returns dx of layer 0 (a view into the
+  /// cache; empty when `input_grad` is false).
+  template <std::size_t I, bool input_grad, std::size_t Rank>
+  ConstTensorView<scalar_type, Rank> backward_from(ConstTensorView<scalar_type, Rank> x,
+                                                   Cache<Rank>& cache,
+                                                   ConstTensorView<scalar_type, Rank> dy) {
+    using Layer = std::tuple_element_t<I, std::tuple<Layers...>>;
+    Layer& layer = std::get<I>(layers_);
+    const ConstTensorView<scalar_type, Rank> input =
+        I == 0 ? x : ConstTensorView<scalar_type, Rank>(cache.outputs[I == 0 ? 0 : I - 1]);
+    if constexpr (I == 0 && !input_grad &&
+                  detail::HasBackwardParameters<Layer, scalar_type, Rank>) {
+      layer.backward_parameters(input, dy);
+      return {};
+    } else {
+      Tensor<scalar_type, Rank>& dx = cache.grads[I];
+      if constexpr (detail::HasCache<Layer>) {
+        dx = layer.backward(input, std::get<I>(cache.layers), dy);
+      } else if constexpr (detail::BackwardsInto<Layer, scalar_type, Rank>) {
+        layer.backward_into(input, dy, detail::reuse_buffer(dx, input.shape()));
+      } else {
+        dx = layer.backward(input, dy);
+      }
+      if constexpr (I == 0) {
+        return dx.cview();
+      } else {
+        return backward_from<I - 1, input_grad>(x, cache, dx.cview());
+      }
+    }
+  }
+
+  std::tuple<Layers...> layers_;
+};
+
+}  // namespace dissect
