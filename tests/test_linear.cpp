@@ -104,7 +104,7 @@ TEST(LinearErrors, BackwardChecksDyAndXAndLeavesGradientsAlone) {  // row 2, str
   auto layer = random_layer<float>(4, 5, true, 1);
   layer.backward(Tensor<float, 2>({2, 4}, std::vector<float>(8, 1)),
                  Tensor<float, 2>({2, 5}, std::vector<float>(10, 1)));
-  const auto grads_before = layer.weight_grad();
+  const auto grads_before = testing::snapshot(layer.weight_grad());
   EXPECT_THROW_WITH(layer.backward(Tensor<float, 2>({2, 4}), Tensor<float, 2>({3, 5})), ShapeError,
                     "Linear::backward: dy has shape [3, 5] but forward(x) has shape [2, 5]");
   EXPECT_THROW_WITH(layer.backward(Tensor<float, 2>({2, 3}), Tensor<float, 2>({2, 5})), ShapeError,
@@ -203,7 +203,7 @@ TEST(Linear, BackwardParametersMatchesBackwardWithoutDx) {
   partial.backward_parameters(x, dy);
   EXPECT_TENSOR_EQ(partial.weight_grad(), full.weight_grad());
   EXPECT_TENSOR_EQ(partial.bias_grad(), full.bias_grad());
-  const auto before = partial.weight_grad();
+  const auto before = testing::snapshot(partial.weight_grad());
   EXPECT_THROW_WITH(
       partial.backward_parameters(x, Tensor<float, 3>({2, 9, 28})), ShapeError,
       "Linear::backward_parameters: dy has shape [2, 9, 28] but forward(x) has shape [2, 9, 29]");

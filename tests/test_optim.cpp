@@ -349,8 +349,8 @@ TEST(Optim, ParametersOfAVectorOfLayersCountFromZero) {
 TEST(Optim, StepsALinearLayerFromItsBackward) {
   // One SGD step on a layer equals W − lr·dW computed by hand, and zero_grad clears every grad.
   Linear<double> layer(3, 2, {.seed = 4});
-  const auto w0 = layer.weight();
-  const auto b0 = layer.bias();
+  const auto w0 = testing::snapshot(layer.weight());
+  const auto b0 = testing::snapshot(layer.bias());
   Sgd<double> sgd(parameters(layer), {.lr = 0.5});
   Tensor<double, 2> x({2, 3}, {1, 2, 3, -1, 0, 1}), dy({2, 2}, {1, -1, 2, 0.5});
   layer.backward(x, dy);

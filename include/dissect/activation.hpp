@@ -1,7 +1,8 @@
 // dissect/activation.hpp — the elementwise nonlinearities of a transformer: ReLU, GELU, SiLU.
 //
 // Forward and backward on tensors of any rank, as free functions (relu, gelu, silu, *_backward)
-// or through the Activation enum, so a block can hold its activation as a value. They compute
+// or through the Activation enum, so a block can hold its activation as a value, or as stateless
+// modules (ReLU, GELU, GELUTanh, SiLU) for Sequential. They compute
 // PyTorch's functions (ReLU's gradient at 0 is 0), in forms whose negative tails do not cancel;
 // the _into forms write into a caller's buffer, which may be the input: no allocation.
 #pragma once
@@ -29,31 +30,72 @@ enum class Activation {
 /// GELU's two forms, named as PyTorch's `approximate` argument.
 enum class GeluApproximation { none, tanh };
 
+/// `activation` itself, if it is one of the enumerators.
+/// @throws ConfigError naming `op` and the value otherwise (an Activation cast from an int).
+Activation check_activation(const char* op, Activation activation);
+
 /// "relu", "gelu", "gelu_tanh", "silu".
 const char* to_string(Activation activation);
 std::ostream& operator<<(std::ostream& out, Activation activation);
 
 /// x: [...] → y: [...], y = f(x) elementwise.
 /// @throws Error if `activation` is not one of the enumerators.
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> activate(const Tensor<Scalar, Rank>& x, Activation activation);
+template <TensorLike X>
+Tensor<scalar_of<X>, rank_of<X>> activate(const X& x, Activation activation);
 
 /// As activate, into y: [...] (old values never read). y may be x itself: in place.
 /// @throws ShapeError if y's shape differs from x's (y untouched).
-template <class Scalar, std::size_t Rank>
-void activate_into(const Tensor<Scalar, Rank>& x, Tensor<Scalar, Rank>& y, Activation activation);
+template <TensorLike X, WritableTensor Y>
+void activate_into(const X& x, Y&& y, Activation activation);
 
 /// x: [...], dy: [...] → dx: [...], dx = f'(x)·dy elementwise.
 /// @throws ShapeError if dy's shape differs from x's.
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> activate_backward(const Tensor<Scalar, Rank>& x,
-                                       const Tensor<Scalar, Rank>& dy, Activation activation);
+template <TensorLike X, TensorLike DY>
+Tensor<scalar_of<X>, rank_of<X>> activate_backward(const X& x, const DY& dy,
+                                                   Activation activation);
 
 /// As activate_backward, into dx: [...]. dx may be dy (or x) itself: in place.
 /// @throws ShapeError if dy's or dx's shape differs from x's (dx untouched).
-template <class Scalar, std::size_t Rank>
-void activate_backward_into(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy,
-                            Tensor<Scalar, Rank>& dx, Activation activation);
+template <TensorLike X, TensorLike DY, WritableTensor DX>
+void activate_backward_into(const X& x, const DY& dy, DX&& dx, Activation activation);
+
+/// An activation as a stateless module (no parameters), for Sequential: ReLU, GELU, GELUTanh,
+/// SiLU. backward(x, dy) runs from the saved input; ReLU can also run from its output.
+template <Activation A>
+struct ActivationModule {
+  template <TensorLike X>
+  Tensor<scalar_of<X>, rank_of<X>> forward(const X& x) const {
+    return activate(x, A);
+  }
+  template <TensorLike X, WritableTensor Y>
+  void forward_into(const X& x, Y&& y) const {
+    activate_into(x, y, A);
+  }
+  template <TensorLike X, TensorLike DY>
+  Tensor<scalar_of<X>, rank_of<X>> backward(const X& x, const DY& dy) const {
+    return activate_backward(x, dy, A);
+  }
+  template <TensorLike X, TensorLike DY, WritableTensor DX>
+  void backward_into(const X& x, const DY& dy, DX&& dx) const {
+    activate_backward_into(x, dy, dx, A);
+  }
+  /// ReLU only: dx from y = relu(x), since y > 0 exactly where x > 0 (and NaN where x is NaN).
+  template <TensorLike Y, TensorLike DY>
+    requires(A == Activation::relu)
+  Tensor<scalar_of<Y>, rank_of<Y>> backward_from_output(const Y& y, const DY& dy) const {
+    return activate_backward(y, dy, A);
+  }
+  template <std::size_t Rank>
+  Shape<Rank> output_shape(const Shape<Rank>& x_shape) const {
+    return x_shape;
+  }
+  template <class Visitor>
+  void for_each_parameter(Visitor&&) const {}
+};
+using ReLU = ActivationModule<Activation::relu>;
+using GELU = ActivationModule<Activation::gelu>;
+using GELUTanh = ActivationModule<Activation::gelu_tanh>;
+using SiLU = ActivationModule<Activation::silu>;
 
 /// The same, one function per activation.
 template <class Scalar, std::size_t Rank>
@@ -86,6 +128,18 @@ inline const char* to_string(Activation activation) {
       return "silu";
   }
   return "unknown";
+}
+
+inline Activation check_activation(const char* op, Activation activation) {
+  switch (activation) {
+    case Activation::relu:
+    case Activation::gelu:
+    case Activation::gelu_tanh:
+    case Activation::silu:
+      return activation;
+  }
+  throw ConfigError(detail::concat(op, ": Activation ", static_cast<int>(activation),
+                                   " is not one of relu, gelu, gelu_tanh, silu"));
 }
 
 inline std::ostream& operator<<(std::ostream& out, Activation activation) {
@@ -166,9 +220,9 @@ decltype(auto) with_activation(Activation activation, const char* op, Body&& bod
   throw Error(concat(op, ": unknown activation ", static_cast<int>(activation)));
 }
 
-template <class Scalar, std::size_t Rank>
+template <class A, class B, std::size_t Rank>
 void check_activation_shape(const char* op, Activation activation, const char* name,
-                            const Tensor<Scalar, Rank>& tensor, const Tensor<Scalar, Rank>& x) {
+                            const TensorView<A, Rank>& tensor, const TensorView<B, Rank>& x) {
   if (tensor.shape() != x.shape()) {
     throw ShapeError(concat(op, "(", to_string(activation), "): ", name, " has shape ",
                             format_shape(tensor.shape()), " but x has shape ",
@@ -182,8 +236,12 @@ inline Activation gelu_activation(GeluApproximation approximate) {
 
 }  // namespace detail
 
-template <class Scalar, std::size_t Rank>
-void activate_into(const Tensor<Scalar, Rank>& x, Tensor<Scalar, Rank>& y, Activation activation) {
+template <TensorLike X, WritableTensor Y>
+void activate_into(const X& x_tensor, Y&& y_tensor, Activation activation) {
+  using Scalar = scalar_of<X>;
+  static_assert(std::is_same_v<Scalar, scalar_of<Y>>, "activate_into: x and y scalar types differ");
+  const auto x = const_view(x_tensor);
+  const auto y = writable_view(y_tensor);
   detail::check_activation_shape("activate_into", activation, "y", y, x);
   detail::with_activation(activation, "activate_into", [&](auto a) {
     // Each element is read before it is written, so y == x (in place) is safe.
@@ -194,16 +252,22 @@ void activate_into(const Tensor<Scalar, Rank>& x, Tensor<Scalar, Rank>& y, Activ
   });
 }
 
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> activate(const Tensor<Scalar, Rank>& x, Activation activation) {
-  auto y = Tensor<Scalar, Rank>::uninitialized(x.shape());
+template <TensorLike X>
+Tensor<scalar_of<X>, rank_of<X>> activate(const X& x, Activation activation) {
+  auto y = Tensor<scalar_of<X>, rank_of<X>>::uninitialized(const_view(x).shape());
   activate_into(x, y, activation);
   return y;
 }
 
-template <class Scalar, std::size_t Rank>
-void activate_backward_into(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy,
-                            Tensor<Scalar, Rank>& dx, Activation activation) {
+template <TensorLike X, TensorLike DY, WritableTensor DX>
+void activate_backward_into(const X& x_tensor, const DY& dy_tensor, DX&& dx_tensor,
+                            Activation activation) {
+  using Scalar = scalar_of<X>;
+  static_assert(std::is_same_v<Scalar, scalar_of<DY>> && std::is_same_v<Scalar, scalar_of<DX>>,
+                "activate_backward_into: x, dy and dx scalar types differ");
+  const auto x = const_view(x_tensor);
+  const auto dy = const_view(dy_tensor);
+  const auto dx = writable_view(dx_tensor);
   detail::check_activation_shape("activate_backward", activation, "dy", dy, x);
   detail::check_activation_shape("activate_backward", activation, "dx", dx, x);
   detail::with_activation(activation, "activate_backward", [&](auto a) {
@@ -216,10 +280,10 @@ void activate_backward_into(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, 
   });
 }
 
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> activate_backward(const Tensor<Scalar, Rank>& x,
-                                       const Tensor<Scalar, Rank>& dy, Activation activation) {
-  auto dx = Tensor<Scalar, Rank>::uninitialized(x.shape());
+template <TensorLike X, TensorLike DY>
+Tensor<scalar_of<X>, rank_of<X>> activate_backward(const X& x, const DY& dy,
+                                                   Activation activation) {
+  auto dx = Tensor<scalar_of<X>, rank_of<X>>::uninitialized(const_view(x).shape());
   activate_backward_into(x, dy, dx, activation);
   return dx;
 }

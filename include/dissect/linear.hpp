@@ -13,6 +13,7 @@
 #include <ostream>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "dissect/error.hpp"
 #include "dissect/init.hpp"
@@ -48,6 +49,15 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// A layer around given parameters: weight [out, in] and, optionally, bias [out].
   /// @throws ShapeError if the bias length differs from the weight's rows.
   explicit Linear(Tensor<Scalar, 2> weight, std::optional<Tensor<Scalar, 1>> bias = std::nullopt);
+
+  /// A layer's buffers keep their address for its whole life (views of them, an optimizer's,
+  /// stay valid), so a layer is copied or moved into a new one but never assigned over. A
+  /// moved-from layer is an empty 0 → 0 layer.
+  Linear(const Linear&) = default;
+  Linear(Linear&& other) noexcept;
+  Linear& operator=(const Linear&) = delete;
+  Linear& operator=(Linear&&) = delete;
+  ~Linear() = default;
 
   index_t in_features() const { return in_features_; }
   index_t out_features() const { return out_features_; }
@@ -190,6 +200,16 @@ Linear<Scalar>::Linear(Tensor<Scalar, 2> weight, std::optional<Tensor<Scalar, 1>
                                     out_features_, "]"));
   }
 }
+
+template <class Scalar>
+Linear<Scalar>::Linear(Linear&& other) noexcept
+    : in_features_(std::exchange(other.in_features_, 0)),
+      out_features_(std::exchange(other.out_features_, 0)),
+      has_bias_(other.has_bias_),
+      weight_(std::move(other.weight_)),
+      bias_(std::move(other.bias_)),
+      weight_grad_(std::move(other.weight_grad_)),
+      bias_grad_(std::move(other.bias_grad_)) {}
 
 template <class Scalar>
 TensorView<Scalar, 1> Linear<Scalar>::bias() {

@@ -157,6 +157,12 @@ Tensor<Scalar, Rank> random_tensor(const Shape<Rank>& shape, std::mt19937_64& en
   return tensor;
 }
 
+/// An owning copy of a tensor's or a view's values now (a view would see later changes).
+template <TensorLike X>
+Tensor<scalar_of<X>, rank_of<X>> snapshot(const X& x) {
+  return Tensor<scalar_of<X>, rank_of<X>>(const_view(x));
+}
+
 template <TensorLike X>
 Tensor<double, rank_of<X>> to_double(const X& x) {
   const auto tensor = const_view(x);

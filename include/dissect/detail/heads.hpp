@@ -15,7 +15,7 @@ namespace dissect::detail {
 /// rows: [B, T, width] → heads: [B, H, T, d_k] (overwritten), taking columns
 /// column … column + H·d_k − 1. The caller has checked that the shapes agree.
 template <class Scalar>
-void split_heads(const Tensor<Scalar, 3>& rows, index_t column, Tensor<Scalar, 4>& heads) {
+void split_heads(ConstTensorView<Scalar, 3> rows, index_t column, TensorView<Scalar, 4> heads) {
   const index_t batch = heads.dim(0), n_heads = heads.dim(1), tokens = heads.dim(2),
                 head_dim = heads.dim(3), width = rows.dim(2);
   const Scalar* source = rows.data();
@@ -33,7 +33,7 @@ void split_heads(const Tensor<Scalar, 3>& rows, index_t column, Tensor<Scalar, 4
 /// heads: [B, H, T, d_k] → rows: [B, T, width], writing columns column … column + H·d_k − 1
 /// and leaving the others alone. The caller has checked that the shapes agree.
 template <class Scalar>
-void merge_heads(const Tensor<Scalar, 4>& heads, Tensor<Scalar, 3>& rows, index_t column) {
+void merge_heads(ConstTensorView<Scalar, 4> heads, TensorView<Scalar, 3> rows, index_t column) {
   const index_t batch = heads.dim(0), n_heads = heads.dim(1), tokens = heads.dim(2),
                 head_dim = heads.dim(3), width = rows.dim(2);
   const Scalar* source = heads.data();  // read in order
