@@ -61,8 +61,8 @@ void forward_eigen_expr(benchmark::State& state, Case c) {
   use_threads(c.threads);
   Problem p(c);
   const auto x = std::as_const(p.x).matrix();
-  const auto w = std::as_const(p.layer.weight()).matrix();
-  const auto b = std::as_const(p.layer.bias()).vector();
+  const auto w = std::as_const(p.layer).weight().matrix();
+  const auto b = std::as_const(p.layer).bias().vector();
   auto y = p.y.matrix();
   auto run = [&] {
     y.noalias() = x * w.transpose();
@@ -83,7 +83,7 @@ void forward_naive(benchmark::State& state, Case c) {
   Problem p(c);
   std::optional<ConstVectorMap<float>> bias(std::in_place, p.layer.bias().data(), c.shape.out);
   for (auto _ : state) {
-    linear_forward_naive<float>(p.x.matrix(), std::as_const(p.layer.weight()).matrix(), bias,
+    linear_forward_naive<float>(p.x.matrix(), std::as_const(p.layer).weight().matrix(), bias,
                                 p.y.matrix());
     benchmark::DoNotOptimize(p.y.data());
   }
@@ -122,7 +122,7 @@ void forward_cblas(benchmark::State& state, Case c) {
 // ---- backward -------------------------------------------------------------------------------
 
 /// dx against the naive sum for a few rows, and a corner of dW; aborts on a mismatch.
-void verify_backward(const char* what, const Problem& p, const Tensor<float, 2>& dw) {
+void verify_backward(const char* what, const Problem& p, ConstTensorView<float, 2> dw) {
   const index_t rows = p.x.dim(0), in = p.x.dim(1), out = p.dy.dim(1);
   auto check = [&](double got, double exact, double scale, index_t length) {
     if (!(std::abs(got - exact) <= 2.0 * double(length + 1) * 0x1.0p-24 * scale + 1e-30)) {
@@ -172,7 +172,7 @@ void backward_eigen_expr(benchmark::State& state, Case c) {
   Tensor<float, 1> db_tensor({c.shape.out});
   const auto x = std::as_const(p.x).matrix();
   const auto dy = std::as_const(p.dy).matrix();
-  const auto w = std::as_const(p.layer.weight()).matrix();
+  const auto w = std::as_const(p.layer).weight().matrix();
   auto dx = p.dx.matrix();
   auto dw = dw_tensor.matrix();
   auto db = db_tensor.vector();

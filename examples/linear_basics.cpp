@@ -22,8 +22,8 @@ using dissect::Tensor;
 namespace {
 
 /// y = x·Wᵀ + b as the formula reads, one dot product at a time.
-Tensor<double, 2> hand_written_linear(const Tensor<double, 2>& x, const Tensor<double, 2>& weight,
-                                      const Tensor<double, 1>& bias) {
+Tensor<double, 2> hand_written_linear(const Tensor<double, 2>& x, dissect::ConstTensorView<double, 2> weight,
+                                      dissect::ConstTensorView<double, 1> bias) {
   Tensor<double, 2> y({x.dim(0), weight.dim(0)});
   for (index_t m = 0; m < x.dim(0); ++m) {
     for (index_t n = 0; n < weight.dim(0); ++n) {
@@ -52,7 +52,7 @@ double loss(const Linear<double>& layer, const Tensor<double, 2>& x, const Tenso
 
 /// Largest |analytic − central difference| over every element of `values`.
 template <class Loss>
-double finite_difference_error(const Tensor<double, 2>& analytic, double* values, Loss&& loss_now) {
+double finite_difference_error(dissect::ConstTensorView<double, 2> analytic, double* values, Loss&& loss_now) {
   const double h = 1e-5;
   double worst = 0;
   for (index_t i = 0; i < analytic.size(); ++i) {

@@ -2,6 +2,7 @@
 // against PyTorch trajectories (tolerances from a running error bound of each update),
 // hand-derived steps, parameter collection from Linear layers, no allocation in step(), and the
 // bad-input rules.
+#include "dissect/linear.hpp"
 #include "dissect/optim.hpp"
 
 #include <gtest/gtest.h>
@@ -198,8 +199,10 @@ double check_optim_fixture(const testing::Fixture& f, double bound_scale = 1.0) 
   // The one parameter of the fixture is handed over as two (3 values + the rest), so the test
   // also covers an optimizer walking a list; elementwise updates cannot tell the difference.
   Tensor<Scalar, 1> value({n}, std::vector<Scalar>(p0.begin(), p0.end())), grad({n});
-  std::vector<ParameterRef<Scalar>> refs{{value.data(), grad.data(), 3, "first"},
-                                         {value.data() + 3, grad.data() + 3, n - 3, "rest"}};
+  using View = TensorView<Scalar, 1>;
+  std::vector<ParameterRef<Scalar>> refs{
+      {"first", View(value.data(), {3}), View(grad.data(), {3})},
+      {"rest", View(value.data() + 3, {n - 3}), View(grad.data() + 3, {n - 3})}};
   auto optimizer = make_optimizer<Scalar>(h, refs);
 
   // Two implementations, each within the bound of the exact trajectory: they differ by ≤ 2×.
@@ -323,13 +326,13 @@ TEST(Optim, ParametersOfLinearLayersAreNamedLikeNnSequential) {
   const auto refs = parameters(a, b);
   ASSERT_EQ(refs.size(), 3u);
   EXPECT_EQ(refs[0].name, "0.weight");
-  EXPECT_EQ(refs[0].size, 12);
-  EXPECT_EQ(refs[0].value, a.weight().data());
-  EXPECT_EQ(refs[0].grad, a.weight_grad().data());
+  EXPECT_EQ(refs[0].size(), 12);
+  EXPECT_EQ(refs[0].value.data(), a.weight().data());
+  EXPECT_EQ(refs[0].grad.data(), a.weight_grad().data());
   EXPECT_EQ(refs[1].name, "0.bias");
-  EXPECT_EQ(refs[1].size, 3);
+  EXPECT_EQ(refs[1].size(), 3);
   EXPECT_EQ(refs[2].name, "1.weight");
-  EXPECT_EQ(refs[2].value, b.weight().data());
+  EXPECT_EQ(refs[2].value.data(), b.weight().data());
 }
 
 TEST(Optim, ParametersOfAVectorOfLayersCountFromZero) {
@@ -342,8 +345,8 @@ TEST(Optim, ParametersOfAVectorOfLayersCountFromZero) {
   EXPECT_EQ(refs[2].name, "1.weight");
   EXPECT_EQ(refs[3].name, "2.weight");
   EXPECT_EQ(refs[4].name, "2.bias");
-  EXPECT_EQ(refs[4].value, layers[2].bias().data());
-  EXPECT_EQ(refs[4].size, 2);
+  EXPECT_EQ(refs[4].value.data(), layers[2].bias().data());
+  EXPECT_EQ(refs[4].size(), 2);
 }
 
 TEST(Optim, StepsALinearLayerFromItsBackward) {
@@ -373,8 +376,8 @@ TEST(Optim, ReferencesSurviveMovingTheLayer) {
   auto refs = parameters(layer);
   std::vector<Linear<float>> layers;
   layers.push_back(std::move(layer));  // the buffers move with their owners
-  EXPECT_EQ(refs[0].value, layers[0].weight().data());
-  EXPECT_EQ(refs[1].grad, layers[0].bias_grad().data());
+  EXPECT_EQ(refs[0].value.data(), layers[0].weight().data());
+  EXPECT_EQ(refs[1].grad.data(), layers[0].bias_grad().data());
 }
 
 TYPED_TEST(OptimTyped, StepAllocatesNothing) {
@@ -454,16 +457,20 @@ TEST(OptimErrors, OverlappingBuffersAreRefusedWithNames) {
   EXPECT_THROW_WITH(Sgd<float>(twice, {}), Error, "every buffer must appear once");
   Tensor<float, 1> p({4}), g({4});
   // A gradient that is (part of) its own value.
-  EXPECT_THROW_WITH(Adam<float>({{p.data(), p.data() + 1, 2, "self"}}, {}), Error,
+  using View = TensorView<float, 1>;
+  EXPECT_THROW_WITH(Adam<float>({{"self", View(p.data(), {2}), View(p.data() + 1, {2})}}, {}),
+                    Error,
                     "the value of parameter 0 (\"self\") overlaps the grad of parameter 0");
 }
 
 TEST(OptimErrors, MalformedReferences) {
   Tensor<double, 1> p({3}), g({3});
-  EXPECT_THROW_WITH(Sgd<double>({{p.data(), g.data(), -1, "neg"}}, {}), ShapeError,
-                    "Sgd: parameter 0 (\"neg\") has negative size -1");
-  EXPECT_THROW_WITH(Sgd<double>({{p.data(), nullptr, 3, ""}}, {}), Error,
-                    "Sgd: parameter 0 has a null grad pointer");
+  using View = TensorView<double, 1>;
+  // Views refuse a negative size and a null buffer before any optimizer sees them.
+  EXPECT_THROW_WITH(View(p.data(), {-1}), ShapeError, "negative dimension -1");
+  EXPECT_THROW_WITH(View(nullptr, {3}), Error, "TensorView: null data for shape [3]");
+  EXPECT_THROW_WITH(Sgd<double>({{"short", View(p.data(), {3}), View(g.data(), {2})}}, {}),
+                    ShapeError, "Sgd: parameter 0 (\"short\") has 3 values but 2 gradients");
   Tensor<double, 2> wrong({3, 1});
   Tensor<double, 2> right({1, 3});
   EXPECT_THROW_WITH(parameter(right, wrong, "w"), ShapeError,

@@ -1,7 +1,7 @@
 // dissect/optim.hpp — optimizers: SGD (momentum, Nesterov, weight decay), Adam and AdamW.
 //
-// An optimizer updates a list of ParameterRefs (a value buffer, its gradient buffer and their
-// length), so it works for any layer; parameters(layer, …) collects a Linear's weight and bias.
+// An optimizer updates a list of ParameterRefs (views of a value buffer and its gradient), built
+// from any module (module.hpp): Adam<float> adam(model) or Adam<float> adam(parameters(a, b)).
 // The arithmetic follows torch.optim in PyTorch 1.13 step by step, in the parameter's own
 // precision. All state (momentum, moments) is allocated at construction: step() never allocates.
 #pragma once
@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -18,7 +19,7 @@
 #include <vector>
 
 #include "dissect/error.hpp"
-#include "dissect/linear.hpp"
+#include "dissect/module.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
 
@@ -26,32 +27,34 @@ namespace dissect {
 
 // ---- declarations -------------------------------------------------------------------------------
 
-/// One trainable buffer as an optimizer sees it: `size` values at `value` and their gradient at
-/// `grad`. It points into tensors it does not own: collect references after the last
-/// set_weight/set_bias (which replace the buffers) and keep the tensors alive while it is used.
-/// Moving a Tensor or a Linear keeps its buffers, so references survive moves.
+/// One trainable buffer as an optimizer sees it: its values and their gradient, as flat views
+/// of the module's own buffers (which keep their address for the module's life: set_weight
+/// copies into them). Keep the module alive while the optimizer is used; moving it is fine.
 template <class Scalar>
 struct ParameterRef {
-  Scalar* value = nullptr;
-  Scalar* grad = nullptr;
-  index_t size = 0;
   std::string name{};  ///< for messages, e.g. "1.weight"
+  TensorView<Scalar, 1> value{};
+  TensorView<Scalar, 1> grad{};
+  index_t size() const { return value.size(); }
 };
 
-/// A reference to `value` and its gradient `grad`.
+/// A reference to `value` and its gradient `grad` (any tensors or views of one shape).
 /// @throws ShapeError naming the parameter if the shapes differ.
-template <class Scalar, std::size_t Rank>
-ParameterRef<Scalar> parameter(Tensor<Scalar, Rank>& value, Tensor<Scalar, Rank>& grad,
-                               std::string name = {});
+template <WritableTensor V, WritableTensor G>
+ParameterRef<scalar_of<V>> parameter(V&& value, G&& grad, std::string name = {});
 
-/// The weight and (if present) bias of each layer, in order, named like nn.Sequential's
-/// state_dict: "0.weight", "0.bias", "1.weight", …
-template <class Scalar, class... More>
-std::vector<ParameterRef<Scalar>> parameters(Linear<Scalar>& first, More&... more);
+/// Every parameter of `module`, under its own state_dict names ("qkv.weight", …).
+template <Module M>
+std::vector<ParameterRef<typename M::scalar_type>> parameters_of(M& module);
 
-/// The same for layers held in a vector (an MLP's stack): "0.weight", "0.bias", "1.weight", …
-template <class Scalar>
-std::vector<ParameterRef<Scalar>> parameters(std::vector<Linear<Scalar>>& layers);
+/// The parameters of several modules, named by position like nn.Sequential's state_dict:
+/// "0.weight", "0.bias", "1.weight", … (all of one scalar type).
+template <Module First, Module... More>
+std::vector<ParameterRef<typename First::scalar_type>> parameters(First& first, More&... more);
+
+/// The same for modules held in a vector (an MLP's stack): "0.weight", "0.bias", "1.weight", …
+template <Module M>
+std::vector<ParameterRef<typename M::scalar_type>> parameters(std::vector<M>& modules);
 
 /// What every optimizer offers. Not copyable: it holds references into other objects' buffers.
 template <class Scalar>
@@ -103,6 +106,9 @@ class Sgd final : public Optimizer<Scalar> {
   /// @throws ConfigError for lr, momentum or weight_decay < 0, or nesterov without momentum or
   ///         with dampening; and as Optimizer for bad parameter references.
   Sgd(std::vector<ParameterRef<Scalar>> parameters, SgdOptions options = {});
+  /// Over every parameter of `module`.
+  template <Module M>
+  explicit Sgd(M& module, SgdOptions options = {}) : Sgd(parameters_of(module), options) {}
   void step() override;
   const SgdOptions& options() const { return options_; }
 
@@ -130,6 +136,9 @@ class Adam : public Optimizer<Scalar> {
   /// @throws ConfigError for lr, eps or weight_decay < 0 or betas outside [0, 1); and as
   ///         Optimizer for bad parameter references.
   Adam(std::vector<ParameterRef<Scalar>> parameters, AdamOptions options = {});
+  /// Over every parameter of `module`.
+  template <Module M>
+  explicit Adam(M& module, AdamOptions options = {}) : Adam(parameters_of(module), options) {}
   void step() override;
   const AdamOptions& options() const { return options_; }
 
@@ -156,7 +165,17 @@ template <class Scalar>
 class AdamW final : public Adam<Scalar> {
  public:
   AdamW(std::vector<ParameterRef<Scalar>> parameters, AdamWOptions options = {});
+  /// Over every parameter of `module`.
+  template <Module M>
+  explicit AdamW(M& module, AdamWOptions options = {}) : AdamW(parameters_of(module), options) {}
 };
+
+template <Module M>
+Sgd(M&, SgdOptions = {}) -> Sgd<typename M::scalar_type>;
+template <Module M>
+Adam(M&, AdamOptions = {}) -> Adam<typename M::scalar_type>;
+template <Module M>
+AdamW(M&, AdamWOptions = {}) -> AdamW<typename M::scalar_type>;
 
 // ---- implementation -----------------------------------------------------------------------------
 
@@ -188,42 +207,51 @@ inline void check_hyperparameter(const char* op, const char* field, double value
 
 inline constexpr double unbounded = std::numeric_limits<double>::infinity();
 
-template <class Scalar>
-void append_parameters(std::vector<ParameterRef<Scalar>>& out, Linear<Scalar>& layer,
-                       std::size_t position) {
-  const std::string prefix = std::to_string(position) + ".";
-  out.push_back(parameter(layer.weight(), layer.weight_grad(), prefix + "weight"));
-  if (layer.has_bias()) out.push_back(parameter(layer.bias(), layer.bias_grad(), prefix + "bias"));
+template <class Scalar, class M>
+void append_parameters(std::vector<ParameterRef<Scalar>>& out, M& module,
+                       std::optional<std::size_t> position) {
+  static_assert(std::is_same_v<typename M::scalar_type, Scalar>,
+                "dissect::parameters: every module must have the same scalar type");
+  module.for_each_parameter([&](const ParameterName& name, auto value, auto grad) {
+    const ParameterName full = position ? name.under(index_name(*position)) : name;
+    out.push_back(parameter(value, grad, full.str()));
+  });
 }
 
 }  // namespace detail
 
-template <class Scalar, std::size_t Rank>
-ParameterRef<Scalar> parameter(Tensor<Scalar, Rank>& value, Tensor<Scalar, Rank>& grad,
-                               std::string name) {
-  if (value.shape() != grad.shape()) {
+template <WritableTensor V, WritableTensor G>
+ParameterRef<scalar_of<V>> parameter(V&& value, G&& grad, std::string name) {
+  const auto values = writable_view(value);
+  const auto grads = writable_view(grad);
+  if (values.shape() != grads.shape()) {
     throw ShapeError(detail::concat("parameter: \"", name, "\" has shape ",
-                                    format_shape(value.shape()), " but its gradient has shape ",
-                                    format_shape(grad.shape())));
+                                    format_shape(values.shape()), " but its gradient has shape ",
+                                    format_shape(grads.shape())));
   }
-  return {value.data(), grad.data(), value.size(), std::move(name)};
+  return {std::move(name), values.flatten(), grads.flatten()};
 }
 
-template <class Scalar, class... More>
-std::vector<ParameterRef<Scalar>> parameters(Linear<Scalar>& first, More&... more) {
-  static_assert((std::is_same_v<More, Linear<Scalar>> && ...),
-                "dissect::parameters: every layer must be a Linear of the same scalar type");
-  std::vector<ParameterRef<Scalar>> result;
+template <Module M>
+std::vector<ParameterRef<typename M::scalar_type>> parameters_of(M& module) {
+  std::vector<ParameterRef<typename M::scalar_type>> result;
+  detail::append_parameters(result, module, std::nullopt);
+  return result;
+}
+
+template <Module First, Module... More>
+std::vector<ParameterRef<typename First::scalar_type>> parameters(First& first, More&... more) {
+  std::vector<ParameterRef<typename First::scalar_type>> result;
   std::size_t position = 0;
   detail::append_parameters(result, first, position++);
   (detail::append_parameters(result, more, position++), ...);
   return result;
 }
 
-template <class Scalar>
-std::vector<ParameterRef<Scalar>> parameters(std::vector<Linear<Scalar>>& layers) {
-  std::vector<ParameterRef<Scalar>> result;
-  for (std::size_t i = 0; i < layers.size(); ++i) detail::append_parameters(result, layers[i], i);
+template <Module M>
+std::vector<ParameterRef<typename M::scalar_type>> parameters(std::vector<M>& modules) {
+  std::vector<ParameterRef<typename M::scalar_type>> result;
+  for (std::size_t i = 0; i < modules.size(); ++i) detail::append_parameters(result, modules[i], i);
   return result;
 }
 
@@ -243,17 +271,14 @@ Optimizer<Scalar>::Optimizer(const char* name, std::vector<ParameterRef<Scalar>>
   std::vector<Range> ranges;
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     const auto& p = parameters_[i];
-    if (p.size < 0) {
-      throw ShapeError(detail::concat(name_, ": ", detail::describe_parameter(i, p),
-                                      " has negative size ", p.size));
+    if (p.grad.size() != p.value.size()) {
+      throw ShapeError(detail::concat(name_, ": ", detail::describe_parameter(i, p), " has ",
+                                      p.value.size(), " values but ", p.grad.size(),
+                                      " gradients"));
     }
-    if (p.size == 0) continue;
-    if (!p.value || !p.grad) {
-      throw Error(detail::concat(name_, ": ", detail::describe_parameter(i, p), " has a null ",
-                                 p.value ? "grad" : "value", " pointer"));
-    }
-    ranges.push_back({p.value, p.value + p.size, i, "value"});
-    ranges.push_back({p.grad, p.grad + p.size, i, "grad"});
+    if (p.size() == 0) continue;
+    ranges.push_back({p.value.data(), p.value.end(), i, "value"});
+    ranges.push_back({p.grad.data(), p.grad.end(), i, "grad"});
   }
   std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
     return std::less<const Scalar*>{}(a.begin, b.begin);
@@ -273,9 +298,7 @@ Optimizer<Scalar>::Optimizer(const char* name, std::vector<ParameterRef<Scalar>>
 
 template <class Scalar>
 void Optimizer<Scalar>::zero_grad() {
-  for (const auto& p : parameters_) {
-    if (p.size > 0) std::memset(p.grad, 0, static_cast<std::size_t>(p.size) * sizeof(Scalar));
-  }
+  for (const auto& p : parameters_) p.grad.fill(Scalar(0));
 }
 
 template <class Scalar>
@@ -287,7 +310,7 @@ void Optimizer<Scalar>::set_lr(double lr) {
 template <class Scalar>
 index_t Optimizer<Scalar>::parameter_count() const {
   index_t count = 0;
-  for (const auto& p : parameters_) count += p.size;
+  for (const auto& p : parameters_) count = checked_add(count, p.size(), "parameter_count");
   return count;
 }
 
@@ -295,7 +318,7 @@ template <class Scalar>
 std::vector<Tensor<Scalar, 1>> Optimizer<Scalar>::make_state() const {
   std::vector<Tensor<Scalar, 1>> state;
   state.reserve(parameters_.size());
-  for (const auto& p : parameters_) state.emplace_back(Shape<1>{p.size});
+  for (const auto& p : parameters_) state.emplace_back(Shape<1>{p.size()});
   return state;
 }
 
@@ -329,8 +352,8 @@ void Sgd<Scalar>::step() {
   const auto decay = static_cast<Scalar>(options_.weight_decay);
   for (std::size_t i = 0; i < this->parameters_.size(); ++i) {
     const auto& p = this->parameters_[i];
-    auto value = detail::array_of(p.value, p.size);
-    auto grad = detail::array_of(p.grad, p.size);
+    auto value = detail::array_of(p.value.data(), p.size());
+    auto grad = detail::array_of(p.grad.data(), p.size());
     // Each branch is one fused pass over memory; the weight-decay term is recomputed rather than
     // stored, so no temporary buffer is needed.
     if (options_.momentum == 0) {
@@ -341,7 +364,7 @@ void Sgd<Scalar>::step() {
       }
       continue;
     }
-    auto buf = detail::array_of(momentum_[i].data(), p.size);
+    auto buf = detail::array_of(momentum_[i].data(), p.size());
     if (decay != 0) {
       if (first) {
         buf = grad + decay * value;
@@ -404,10 +427,10 @@ void Adam<Scalar>::step() {
   const bool decoupled = options_.decoupled_weight_decay;
   for (std::size_t i = 0; i < this->parameters_.size(); ++i) {
     const auto& p = this->parameters_[i];
-    auto value = detail::array_of(p.value, p.size);
-    auto grad = detail::array_of(p.grad, p.size);
-    auto m = detail::array_of(exp_avg_[i].data(), p.size);
-    auto v = detail::array_of(exp_avg_sq_[i].data(), p.size);
+    auto value = detail::array_of(p.value.data(), p.size());
+    auto grad = detail::array_of(p.grad.data(), p.size());
+    auto m = detail::array_of(exp_avg_[i].data(), p.size());
+    auto v = detail::array_of(exp_avg_sq_[i].data(), p.size());
     if (decoupled && decay != 0) value *= shrink;
     if (!decoupled && decay != 0) {
       // L2 gradient g + wd·p, recomputed in each expression instead of stored.
