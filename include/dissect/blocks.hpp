@@ -66,6 +66,8 @@ struct QKV {
 template <class Scalar>
 class QKVProjection : public ParameterMethods<QKVProjection<Scalar>> {
  public:
+  using scalar_type = Scalar;
+
   /// @throws ConfigError naming the field if d_model, n_heads or n_kv_heads is ≤ 0, if n_heads
   /// does not divide d_model or if n_kv_heads does not divide n_heads.
   QKVProjection(index_t d_model, index_t n_heads, QKVOptions options = {});
@@ -117,6 +119,8 @@ class QKVProjection : public ParameterMethods<QKVProjection<Scalar>> {
 template <class Scalar>
 class AttentionOutput : public ParameterMethods<AttentionOutput<Scalar>> {
  public:
+  using scalar_type = Scalar;
+
   /// @throws ConfigError naming the field if a size is ≤ 0 or n_heads does not divide d_model.
   AttentionOutput(index_t d_model, index_t n_heads, BlockOptions options = {});
 
@@ -165,6 +169,8 @@ class AttentionOutput : public ParameterMethods<AttentionOutput<Scalar>> {
 template <class Scalar>
 class FeedForward : public ParameterMethods<FeedForward<Scalar>> {
  public:
+  using scalar_type = Scalar;
+
   /// What backward needs from forward; fill with forward(x, cache).
   struct Cache {
     Tensor<Scalar, 3> hidden;     ///< up(x): [B, T, F]
@@ -225,6 +231,8 @@ class FeedForward : public ParameterMethods<FeedForward<Scalar>> {
 template <class Scalar>
 class GatedFeedForward : public ParameterMethods<GatedFeedForward<Scalar>> {
  public:
+  using scalar_type = Scalar;
+
   struct Cache {
     Tensor<Scalar, 3> gate;    ///< gate(x): [B, T, F]
     Tensor<Scalar, 3> up;      ///< up(x): [B, T, F]

@@ -179,19 +179,17 @@ template <class Layer>
 concept HasScalar = requires { typename Layer::scalar_type; };
 
 template <class... Layers>
-struct first_scalar;
-template <class First, class... Rest>
-struct first_scalar<First, Rest...> {
-  using type = typename std::conditional_t<HasScalar<First>, First, first_scalar<Rest...>>::type;
-};
-template <>
-struct first_scalar<> {
+struct first_scalar {
   using type = void;
 };
-template <class Layer>
-  requires HasScalar<Layer>
-struct first_scalar<Layer> {
-  using type = typename Layer::scalar_type;
+template <class First, class... Rest>
+struct first_scalar<First, Rest...> {
+  using type = typename first_scalar<Rest...>::type;
+};
+template <class First, class... Rest>
+  requires HasScalar<First>
+struct first_scalar<First, Rest...> {
+  using type = typename First::scalar_type;
 };
 
 /// A layer with its own training cache (FeedForward, GatedFeedForward): forward(x, cache).
