@@ -12,11 +12,13 @@
 #include <string>
 
 #include "support/fixture.hpp"
+#include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
 namespace {
 
+using testing::gradcheck;
 using testing::random_tensor;
 using Matrix = Tensor<double, 2>;
 
@@ -616,25 +618,16 @@ TYPED_TEST(BlockFixtures, AgreeWithTorchModulesForwardAndAutograd) {
 // Richardson as |D(h) − D(2h)|/3 (zero where the loss is linear in the value). Twice their sum is
 // allowed.
 
-template <class Loss>
-void expect_gradient(const std::string& what, const double* analytic, double* values, index_t count,
-                     double loss_rounding, Loss&& loss) {
-  const double h = 1e-5;
-  auto difference = [&](index_t i, double step) {
-    const double saved = values[i];
-    values[i] = saved + step;
-    const double up = values[i] - saved, plus = loss();
-    values[i] = saved - step;
-    const double down = saved - values[i], minus = loss();
-    values[i] = saved;
-    return (plus - minus) / (up + down);
-  };
-  for (index_t i = 0; i < count; ++i) {
-    const double d1 = difference(i, h), d2 = difference(i, 2 * h);
-    const double allowed =
-        2 * (std::abs(d1 - d2) / 3 + loss_rounding / h) + std::numeric_limits<double>::denorm_min();
-    ASSERT_NEAR(analytic[i], d1, allowed) << what << "[" << i << "]";
-  }
+/// That budget as gradcheck options: allowed = 2·(|D(h) − D(2h)|/3 + loss_rounding/h) + the
+/// smallest denormal (so that an exact 0 = 0 passes), at a fixed h = 1e-5.
+testing::GradcheckOptions budget(double loss_rounding) {
+  return {.step = 1e-5,
+          .relative_step = false,
+          .rtol = 0,
+          .atol = std::numeric_limits<double>::denorm_min(),
+          .loss_rounding = loss_rounding,
+          .richardson = true,
+          .safety = 2};
 }
 
 template <std::size_t Rank>
@@ -654,11 +647,11 @@ double loss_rounding(const Scaled& y, ConstTensorView<double, 2> g_rows) {
 template <class Loss>
 void expect_layer_gradients(const std::string& name, Linear<double>& layer, double rounding,
                             Loss&& loss) {
-  const auto dW = testing::snapshot(layer.weight_grad());
-  expect_gradient(name + ".dW", dW.data(), layer.weight().data(), dW.size(), rounding, loss);
+  ASSERT_GRADIENT_OK(gradcheck(loss, layer.weight(), layer.weight_grad(), budget(rounding)))
+      << name << ".dW";
   if (layer.has_bias()) {
-    const auto db = testing::snapshot(layer.bias_grad());
-    expect_gradient(name + ".db", db.data(), layer.bias().data(), db.size(), rounding, loss);
+    ASSERT_GRADIENT_OK(gradcheck(loss, layer.bias(), layer.bias_grad(), budget(rounding)))
+        << name << ".db";
   }
 }
 
@@ -687,7 +680,7 @@ TEST(BlockGradients, QKVProjectionMatchesFiniteDifferences) {
     put_heads(g.k, c.n_heads * d_k, g_fused);
     put_heads(g.v, (c.n_heads + c.n_kv) * d_k, g_fused);
     const double rounding = loss_rounding(qkv_scales(block, x, g_fused).at("fused"), g_fused);
-    expect_gradient("dx", dx.data(), x.data(), x.size(), rounding, loss);
+    ASSERT_GRADIENT_OK(gradcheck(loss, x, dx, budget(rounding)));
     expect_layer_gradients("qkv", block.qkv(), rounding, loss);
     if (HasFatalFailure()) return;
   }
@@ -709,7 +702,7 @@ TEST(BlockGradients, AttentionOutputMatchesFiniteDifferences) {
     const auto proj = as_double(block.proj());
     const double rounding = loss_rounding(
         {plus_abs_bias(abs_nt(merged, proj.weight()), proj), d_model + 1}, rows_of(g));
-    expect_gradient("da", da.data(), a.data(), a.size(), rounding, loss);
+    ASSERT_GRADIENT_OK(gradcheck(loss, a, da, budget(rounding)));
     expect_layer_gradients("proj", block.proj(), rounding, loss);
     if (HasFatalFailure()) return;
   }
@@ -737,7 +730,7 @@ TEST(BlockGradients, FeedForwardMatchesFiniteDifferencesForEveryActivation) {
     block.forward(x, cache);
     const auto dx = block.backward(x, cache, g);
     const double rounding = loss_rounding(mlp_scales(block, x, g).at("y"), rows_of(g));
-    expect_gradient("dx", dx.data(), x.data(), x.size(), rounding, loss);
+    ASSERT_GRADIENT_OK(gradcheck(loss, x, dx, budget(rounding)));
     expect_layer_gradients("up", block.up(), rounding, loss);
     expect_layer_gradients("down", block.down(), rounding, loss);
     if (HasFatalFailure()) return;
@@ -757,7 +750,7 @@ TEST(BlockGradients, GatedFeedForwardMatchesFiniteDifferences) {
     block.forward(x, cache);
     const auto dx = block.backward(x, cache, g);
     const double rounding = loss_rounding(swiglu_scales(block, x, g).at("y"), rows_of(g));
-    expect_gradient("dx", dx.data(), x.data(), x.size(), rounding, loss);
+    ASSERT_GRADIENT_OK(gradcheck(loss, x, dx, budget(rounding)));
     expect_layer_gradients("gate", block.gate(), rounding, loss);
     expect_layer_gradients("up", block.up(), rounding, loss);
     expect_layer_gradients("down", block.down(), rounding, loss);
