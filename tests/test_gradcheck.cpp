@@ -207,6 +207,10 @@ TEST(Gradcheck, ToleranceIsTheDocumentedFormula) {
       1e-12 + 1e-9 * result.worst.numeric + 2 * (result.worst.truncation + 1e-16 / 1e-3);
   EXPECT_DOUBLE_EQ(result.worst.allowed, allowed);
   EXPECT_GRADIENT_OK(result);  // 1e-6 of error against ~2e-6 allowed
+  // error_budget: the same without atol and rtol.
+  const auto budget =
+      gradcheck(loss, x.data(), &analytic, 1, GradcheckOptions::error_budget(1e-3, 1e-16));
+  EXPECT_DOUBLE_EQ(budget.worst.allowed, 2 * (budget.worst.truncation + 1e-16 / 1e-3));
   // Without the truncation budget the same difference fails: the tolerance is not slack.
   const auto strict = gradcheck(loss, x.data(), &analytic, 1,
                                 {.step = 1e-3, .relative_step = false, .rtol = 0, .atol = 1e-7});

@@ -18,7 +18,7 @@
 // any loss, which dominates when L is large (1e5, say) and one element's gradient small;
 // atol = rtol = 1e-6, which covers a loss of scale ~1 summed from up to ~10³ terms (worst-case
 // δ/h ≈ 1e-7) and still catches a gradient wrong by more than 1e-6 of itself. Tests that can
-// bound their rounding pass loss_rounding and richardson, with atol = rtol = 0.
+// bound their rounding use GradcheckOptions::error_budget(h, loss_rounding) instead.
 //
 // Works on raw double* + count, or on any tensor-like type with data() and size() (and shape(),
 // when it has one, for multi-indices in the report): Tensor of any rank and views alike.
@@ -64,6 +64,17 @@ struct GradcheckOptions {
   /// 0: every element. Otherwise at most this many distinct elements, drawn with `seed`.
   std::int64_t sample = 0;
   std::uint64_t seed = 0;
+
+  /// For a test that bounds its loss's rounding: a fixed step and no fixed atol or rtol, so each
+  /// element is allowed safety·(|D(h) − D(2h)|/3 + loss_rounding/h) and nothing more.
+  static GradcheckOptions error_budget(double step, double loss_rounding) {
+    return {.step = step,
+            .relative_step = false,
+            .rtol = 0,
+            .atol = 0,
+            .loss_rounding = loss_rounding,
+            .richardson = true};
+  }
 };
 
 struct GradcheckResult {
