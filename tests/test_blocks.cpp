@@ -618,16 +618,9 @@ TYPED_TEST(BlockFixtures, AgreeWithTorchModulesForwardAndAutograd) {
 // Richardson as |D(h) − D(2h)|/3 (zero where the loss is linear in the value). Twice their sum is
 // allowed.
 
-/// That budget as gradcheck options: allowed = 2·(|D(h) − D(2h)|/3 + loss_rounding/h) + the
-/// smallest denormal (so that an exact 0 = 0 passes), at a fixed h = 1e-5.
+/// That budget, at h = 1e-5.
 testing::GradcheckOptions budget(double loss_rounding) {
-  return {.step = 1e-5,
-          .relative_step = false,
-          .rtol = 0,
-          .atol = std::numeric_limits<double>::denorm_min(),
-          .loss_rounding = loss_rounding,
-          .richardson = true,
-          .safety = 2};
+  return testing::GradcheckOptions::error_budget(1e-5, loss_rounding);
 }
 
 template <std::size_t Rank>
