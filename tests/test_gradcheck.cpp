@@ -115,6 +115,18 @@ TEST(Gradcheck, OneElementOffByOnePercentIsTheWorstAndFails) {
   EXPECT_NE(std::string(verdict.message()).find("gradient check result: "), std::string::npos);
 }
 
+TEST(Gradcheck, ChecksThroughTemporaryViewsAndReportsTheirShape) {
+  Problem p = make_problem(6);
+  auto analytic = p.loss.gradient(p.x);
+  analytic.data()[23] *= 1.01;
+  // A writable view made for the call perturbs the tensor underneath; the report uses its shape.
+  const auto result = gradcheck([&] { return p.loss(p.x); }, p.x.view().reshape(Shape<2>{6, 4}),
+                                analytic.cview().reshape(Shape<2>{6, 4}));
+  EXPECT_EQ(result.failures, 1);
+  EXPECT_EQ(result.shape, (std::vector<std::int64_t>{6, 4}));
+  EXPECT_EQ(result.worst_index(), (std::vector<std::int64_t>{5, 3}));
+}
+
 TEST(Gradcheck, NaNInTheGradientFailsAndIsTheWorst) {
   Problem p = make_problem(3);
   auto& x = p.x;

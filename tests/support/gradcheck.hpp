@@ -117,6 +117,7 @@ concept TensorLike = requires(T& t) {
 /// Checks d loss / d values[i] against analytic[i] for every i < count (or a sample), perturbing
 /// values[i] in place and restoring it bit for bit, also if `loss` throws. `loss` is called with
 /// no arguments and must return double; it reads the perturbed values through its captures.
+/// `analytic` may be a view of a layer's live gradient: a forward pass leaves it alone.
 template <class Loss>
 [[nodiscard]] GradcheckResult gradcheck(Loss&& loss, double* values, const double* analytic,
                                         std::int64_t count, const GradcheckOptions& options = {});
