@@ -67,17 +67,20 @@ double slope_formula_scale(double h) {
   return 1 + 2 * h + 0.11 * h * h * h;
 }
 
-Matrix abs_nt(ConstTensorView<double, 2> a, ConstTensorView<double, 2> b) {  // |a|·|b|ᵀ: [M, K], [N, K] → [M, N]
+Matrix abs_nt(ConstTensorView<double, 2> a,
+              ConstTensorView<double, 2> b) {  // |a|·|b|ᵀ: [M, K], [N, K] → [M, N]
   Matrix result({a.dim(0), b.dim(0)});
   result.matrix() = testing::absolute(a).matrix() * testing::absolute(b).matrix().transpose();
   return result;
 }
-Matrix abs_nn(ConstTensorView<double, 2> a, ConstTensorView<double, 2> b) {  // |a|·|b|: [M, K], [K, N] → [M, N]
+Matrix abs_nn(ConstTensorView<double, 2> a,
+              ConstTensorView<double, 2> b) {  // |a|·|b|: [M, K], [K, N] → [M, N]
   Matrix result({a.dim(0), b.dim(1)});
   result.matrix() = testing::absolute(a).matrix() * testing::absolute(b).matrix();
   return result;
 }
-Matrix abs_tn(ConstTensorView<double, 2> a, ConstTensorView<double, 2> b) {  // |a|ᵀ·|b|: [M, N], [M, K] → [N, K]
+Matrix abs_tn(ConstTensorView<double, 2> a,
+              ConstTensorView<double, 2> b) {  // |a|ᵀ·|b|: [M, N], [M, K] → [N, K]
   Matrix result({a.dim(1), b.dim(1)});
   result.matrix() = testing::absolute(a).matrix().transpose() * testing::absolute(b).matrix();
   return result;
@@ -134,7 +137,8 @@ Linear<double> as_double(const Linear<Scalar>& layer) {
 /// Scales of a QKV projection's fused output and gradients. d_fused: [B·T, (H + 2·H_kv)·d_k].
 template <class Scalar>
 std::map<std::string, Scaled> qkv_scales(const QKVProjection<Scalar>& block,
-                                         const Tensor<Scalar, 3>& x, ConstTensorView<double, 2> d_fused) {
+                                         const Tensor<Scalar, 3>& x,
+                                         ConstTensorView<double, 2> d_fused) {
   const auto c_attn = as_double(block.qkv());
   const auto x2 = rows_of(x);
   const index_t rows = x2.dim(0), d_model = block.d_model(), width = c_attn.out_features();
