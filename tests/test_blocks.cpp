@@ -12,11 +12,13 @@
 #include <string>
 
 #include "support/fixture.hpp"
+#include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
 namespace {
 
+using testing::gradcheck;
 using testing::random_tensor;
 using Matrix = Tensor<double, 2>;
 
@@ -65,17 +67,20 @@ double slope_formula_scale(double h) {
   return 1 + 2 * h + 0.11 * h * h * h;
 }
 
-Matrix abs_nt(ConstTensorView<double, 2> a, ConstTensorView<double, 2> b) {  // |a|·|b|ᵀ: [M, K], [N, K] → [M, N]
+Matrix abs_nt(ConstTensorView<double, 2> a,
+              ConstTensorView<double, 2> b) {  // |a|·|b|ᵀ: [M, K], [N, K] → [M, N]
   Matrix result({a.dim(0), b.dim(0)});
   result.matrix() = testing::absolute(a).matrix() * testing::absolute(b).matrix().transpose();
   return result;
 }
-Matrix abs_nn(ConstTensorView<double, 2> a, ConstTensorView<double, 2> b) {  // |a|·|b|: [M, K], [K, N] → [M, N]
+Matrix abs_nn(ConstTensorView<double, 2> a,
+              ConstTensorView<double, 2> b) {  // |a|·|b|: [M, K], [K, N] → [M, N]
   Matrix result({a.dim(0), b.dim(1)});
   result.matrix() = testing::absolute(a).matrix() * testing::absolute(b).matrix();
   return result;
 }
-Matrix abs_tn(ConstTensorView<double, 2> a, ConstTensorView<double, 2> b) {  // |a|ᵀ·|b|: [M, N], [M, K] → [N, K]
+Matrix abs_tn(ConstTensorView<double, 2> a,
+              ConstTensorView<double, 2> b) {  // |a|ᵀ·|b|: [M, N], [M, K] → [N, K]
   Matrix result({a.dim(1), b.dim(1)});
   result.matrix() = testing::absolute(a).matrix().transpose() * testing::absolute(b).matrix();
   return result;
@@ -132,7 +137,8 @@ Linear<double> as_double(const Linear<Scalar>& layer) {
 /// Scales of a QKV projection's fused output and gradients. d_fused: [B·T, (H + 2·H_kv)·d_k].
 template <class Scalar>
 std::map<std::string, Scaled> qkv_scales(const QKVProjection<Scalar>& block,
-                                         const Tensor<Scalar, 3>& x, ConstTensorView<double, 2> d_fused) {
+                                         const Tensor<Scalar, 3>& x,
+                                         ConstTensorView<double, 2> d_fused) {
   const auto c_attn = as_double(block.qkv());
   const auto x2 = rows_of(x);
   const index_t rows = x2.dim(0), d_model = block.d_model(), width = c_attn.out_features();
@@ -616,25 +622,9 @@ TYPED_TEST(BlockFixtures, AgreeWithTorchModulesForwardAndAutograd) {
 // Richardson as |D(h) − D(2h)|/3 (zero where the loss is linear in the value). Twice their sum is
 // allowed.
 
-template <class Loss>
-void expect_gradient(const std::string& what, const double* analytic, double* values, index_t count,
-                     double loss_rounding, Loss&& loss) {
-  const double h = 1e-5;
-  auto difference = [&](index_t i, double step) {
-    const double saved = values[i];
-    values[i] = saved + step;
-    const double up = values[i] - saved, plus = loss();
-    values[i] = saved - step;
-    const double down = saved - values[i], minus = loss();
-    values[i] = saved;
-    return (plus - minus) / (up + down);
-  };
-  for (index_t i = 0; i < count; ++i) {
-    const double d1 = difference(i, h), d2 = difference(i, 2 * h);
-    const double allowed =
-        2 * (std::abs(d1 - d2) / 3 + loss_rounding / h) + std::numeric_limits<double>::denorm_min();
-    ASSERT_NEAR(analytic[i], d1, allowed) << what << "[" << i << "]";
-  }
+/// That budget, at h = 1e-5.
+testing::GradcheckOptions budget(double loss_rounding) {
+  return testing::GradcheckOptions::error_budget(1e-5, loss_rounding);
 }
 
 template <std::size_t Rank>
@@ -654,11 +644,11 @@ double loss_rounding(const Scaled& y, ConstTensorView<double, 2> g_rows) {
 template <class Loss>
 void expect_layer_gradients(const std::string& name, Linear<double>& layer, double rounding,
                             Loss&& loss) {
-  const auto dW = testing::snapshot(layer.weight_grad());
-  expect_gradient(name + ".dW", dW.data(), layer.weight().data(), dW.size(), rounding, loss);
+  ASSERT_GRADIENT_OK(gradcheck(loss, layer.weight(), layer.weight_grad(), budget(rounding)))
+      << name << ".dW";
   if (layer.has_bias()) {
-    const auto db = testing::snapshot(layer.bias_grad());
-    expect_gradient(name + ".db", db.data(), layer.bias().data(), db.size(), rounding, loss);
+    ASSERT_GRADIENT_OK(gradcheck(loss, layer.bias(), layer.bias_grad(), budget(rounding)))
+        << name << ".db";
   }
 }
 
@@ -687,7 +677,7 @@ TEST(BlockGradients, QKVProjectionMatchesFiniteDifferences) {
     put_heads(g.k, c.n_heads * d_k, g_fused);
     put_heads(g.v, (c.n_heads + c.n_kv) * d_k, g_fused);
     const double rounding = loss_rounding(qkv_scales(block, x, g_fused).at("fused"), g_fused);
-    expect_gradient("dx", dx.data(), x.data(), x.size(), rounding, loss);
+    ASSERT_GRADIENT_OK(gradcheck(loss, x, dx, budget(rounding)));
     expect_layer_gradients("qkv", block.qkv(), rounding, loss);
     if (HasFatalFailure()) return;
   }
@@ -709,7 +699,7 @@ TEST(BlockGradients, AttentionOutputMatchesFiniteDifferences) {
     const auto proj = as_double(block.proj());
     const double rounding = loss_rounding(
         {plus_abs_bias(abs_nt(merged, proj.weight()), proj), d_model + 1}, rows_of(g));
-    expect_gradient("da", da.data(), a.data(), a.size(), rounding, loss);
+    ASSERT_GRADIENT_OK(gradcheck(loss, a, da, budget(rounding)));
     expect_layer_gradients("proj", block.proj(), rounding, loss);
     if (HasFatalFailure()) return;
   }
@@ -737,7 +727,7 @@ TEST(BlockGradients, FeedForwardMatchesFiniteDifferencesForEveryActivation) {
     block.forward(x, cache);
     const auto dx = block.backward(x, cache, g);
     const double rounding = loss_rounding(mlp_scales(block, x, g).at("y"), rows_of(g));
-    expect_gradient("dx", dx.data(), x.data(), x.size(), rounding, loss);
+    ASSERT_GRADIENT_OK(gradcheck(loss, x, dx, budget(rounding)));
     expect_layer_gradients("up", block.up(), rounding, loss);
     expect_layer_gradients("down", block.down(), rounding, loss);
     if (HasFatalFailure()) return;
@@ -757,7 +747,7 @@ TEST(BlockGradients, GatedFeedForwardMatchesFiniteDifferences) {
     block.forward(x, cache);
     const auto dx = block.backward(x, cache, g);
     const double rounding = loss_rounding(swiglu_scales(block, x, g).at("y"), rows_of(g));
-    expect_gradient("dx", dx.data(), x.data(), x.size(), rounding, loss);
+    ASSERT_GRADIENT_OK(gradcheck(loss, x, dx, budget(rounding)));
     expect_layer_gradients("gate", block.gate(), rounding, loss);
     expect_layer_gradients("up", block.up(), rounding, loss);
     expect_layer_gradients("down", block.down(), rounding, loss);
