@@ -14,6 +14,7 @@
 #include "dissect/kernels.hpp"
 #include "dissect/linear.hpp"
 #include "dissect/loss.hpp"
+#include "dissect/model_shape.hpp"
 #include "dissect/optim.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/shape_chain.hpp"
