@@ -10,6 +10,7 @@
 #include "dissect/config.hpp"
 #include "dissect/count.hpp"
 #include "dissect/error.hpp"
+#include "dissect/forward_chain.hpp"
 #include "dissect/init.hpp"
 #include "dissect/kernels.hpp"
 #include "dissect/linear.hpp"
