@@ -1,7 +1,7 @@
 // Tests for dissect/forward_chain.hpp: the stages and shapes of a transformer's forward pass, the
 // FLOPs identity of its linear steps against count_parameters (2 · W · B·T, W counted apart from
 // model_shape.hpp), the attention steps, and the promise that the chain's total is the prefill
-// FLOPs of forward_flops, for every preset. The printed table is tested in
+// FLOPs of forward_flops and of the budget, for every preset. The printed table is tested in
 // tools/test_chain_table.cpp.
 #include "dissect/forward_chain.hpp"
 
@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "dissect/budget.hpp"
 #include "dissect/count.hpp"
 #include "dissect/model_shape.hpp"
 #include "support/tensor_testing.hpp"
@@ -158,15 +159,16 @@ TEST(ForwardShapeChain, ImpossibleInputsAreConfigErrors) {
 
 // ---- one definition of prefill FLOPs ------------------------------------------------------------
 
-TEST(ForwardShapeChain, TotalIsForwardFlopsForEveryPreset) {
-  // The prefill FLOPs of T tokens are the forward pass's, B = 1: the chain and forward_flops
-  // must give the same int64, part by part. The totals by hand (W from forward_shape, T each
-  // preset's context):
+TEST(ForwardShapeChain, TotalIsForwardFlopsAndTheBudgetsPrefillForEveryPreset) {
+  // The prefill FLOPs of T tokens are the forward pass's, B = 1: the chain, forward_flops and
+  // compute_budget must give the same int64, part by part. The totals by hand (W from
+  // forward_shape, T each preset's context):
   //   gpt2-small   T 1024: 2·1024·123,532,032 + 2·12·(2·12·1024²·64)       = 291,648,307,200
   //   gpt2-medium  T 1024: 2·1024·353,453,056 + 2·24·(2·16·1024²·64)       = 826,951,073,792
   //   llama-7b     T 2048: 2·2048·6,607,077,376 + 2·32·(2·32·2048²·128)    = 29,261,612,187,648
   //   llama-2-70b  T 4096: 2·4096·68,713,185,280 + 2·80·(2·64·4096²·128)   = 606,878,878,924,800
   //   toy          T 1024: 2·1024·35,258,368 + 2·6·(2·8·1024²·64)          = 85,094,039,552
+  // tests/tools/CMakeLists.txt checks that `budget --preset <name> --json` prints these numbers.
   const std::vector<std::pair<std::string, index_t>> expected = {
       {"gpt2-small", 291'648'307'200},
       {"gpt2-medium", 826'951'073'792},
@@ -180,10 +182,18 @@ TEST(ForwardShapeChain, TotalIsForwardFlopsForEveryPreset) {
     const index_t T = config.context;
     const ShapeChain chain = forward_shape_chain(config, 1, T);
     const ForwardFlops flops = forward_flops(config, 1, T);
+    BudgetInputs inputs;
+    inputs.context = T;
+    const Budget budget = compute_budget(config, inputs);
     EXPECT_EQ(chain.total_flops(), total);
     EXPECT_EQ(flops.total, total);
+    EXPECT_EQ(budget.prefill_flops, total);
     EXPECT_EQ(chain.flops_of(StepKind::linear), flops.linear);
+    EXPECT_EQ(budget.prefill_linear_flops, flops.linear);
     EXPECT_EQ(chain.flops_of(StepKind::attention), flops.attention);
+    EXPECT_EQ(budget.prefill_attention_flops, flops.attention);
+    EXPECT_TRUE(budget.linear_weights_exact);
+    EXPECT_EQ(budget.linear_weights, forward_shape(config).linear_weights);
   }
 }
 
