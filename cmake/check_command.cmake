@@ -1,12 +1,14 @@
 # cmake/check_command.cmake — run a program and check its exit code and output; used by ctest
 # for the example tools, whose printed numbers are part of what the project promises.
 #
-#   cmake -DCOMMAND=<program> -DARGS="a|b|c" [-DEXIT_CODE=0]
+#   cmake -DCOMMAND=<program> -DARGS="a|b|c" [-DEXIT_CODE=0] [-DSTDOUT_EMPTY=ON]
 #         [-DSTDOUT_MATCHES="regex|regex"] [-DSTDERR_MATCHES="regex|regex"]
 #         [-DJSON_EQUALS="key.path=value|…"] [-DJSON_RANGES="key.path=low:high|…"]
 #         -P check_command.cmake
 #
 # "|" separates list items (";" does not survive add_test), so regexes cannot use alternation.
+# STDOUT_EMPTY requires that nothing at all reached stdout: a tool that fails must not leave half
+# an output behind.
 # JSON checks parse stdout with string(JSON): the output must be valid JSON, EQUALS compares the
 # value's text exactly (use it for integers and strings), RANGES compares numbers within
 # [low, high] (use it for doubles, whose text CMake reformats).
@@ -27,6 +29,10 @@ set(failures "")
 # The exit status must be exactly EXIT_CODE: "non-zero" would also pass a crash.
 if(NOT "${code}" STREQUAL "${EXIT_CODE}")
   string(APPEND failures "exit code ${code}, expected ${EXIT_CODE}\n")
+endif()
+
+if(STDOUT_EMPTY AND NOT "${out}" STREQUAL "")
+  string(APPEND failures "stdout is not empty\n")
 endif()
 
 foreach(stream stdout stderr)

@@ -5,6 +5,7 @@
 // with the transpose forgotten — and prints what dissect says; and last, the H = T case, where
 // no check on sizes can see the mistake and the chain reports that it is blind instead.
 #include <dissect/config.hpp>
+#include <dissect/forward_chain.hpp>
 #include <dissect/init.hpp>
 #include <dissect/linear.hpp>
 #include <dissect/shape_chain.hpp>
@@ -12,9 +13,12 @@
 
 #include <iostream>
 
+#include "tools/common/chain_table.hpp"
+
 using dissect::index_t;
 using dissect::ShapeChain;
 using dissect::Tensor;
+using dissect::tools::chain_table;
 
 namespace {
 
@@ -55,10 +59,11 @@ int main() {
   toy.vocab = 100;
   toy.context = 16;
   std::cout << "== 1. The lesson's toy: B = 2, T = 5, D = 8, H = 2, V = 100 (F = 4D, L = 2)\n\n"
-            << dissect::forward_shape_chain(toy, 2, 5) << "\n";
+            << chain_table(dissect::forward_shape_chain(toy, 2, 5)) << "\n";
 
   std::cout << "== 2. GPT-2 small: B = 1, T = 1024, D = 768, H = 12, V = 50257\n\n"
-            << dissect::forward_shape_chain(dissect::find_preset("gpt2-small").config, 1, 1024)
+            << chain_table(
+                   dissect::forward_shape_chain(dissect::find_preset("gpt2-small").config, 1, 1024))
             << "\n";
 
   std::cout << "== 3. Forgetting the transpose: Q reshaped to [B, T, H, d_k]\n\n"
@@ -74,7 +79,7 @@ int main() {
             << "tell them apart, so the chain records the step with its blind spot:\n";
   ShapeChain blind({{"B", 2}, {"T", 3}, {"D", 12}, {"H", 3}, {"d_k", 4}});
   const bool caught_blind = forget_the_transpose(2, 3, 12, 3, blind);
-  std::cout << "\n" << blind;
+  std::cout << "\n" << chain_table(blind);
 
   const bool as_expected = caught_distinct && caught_lesson && !caught_blind &&
                            !blind.steps().back().blind_spots.empty();

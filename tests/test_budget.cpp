@@ -1,6 +1,7 @@
 // Tests for dissect/budget.hpp: every number of lesson 0.1 §5.3 (the 24 GB card), its failure
-// modes, GQA's smaller KV cache, the value parsers the `budget` tool relies on, and bad inputs
-// (reliability.md rows 16 and 17) as ConfigErrors naming the field.
+// modes, GQA's smaller KV cache, prefill FLOPs from a count and from a config, and bad inputs
+// (reliability.md rows 16, 17 and 23) as ConfigErrors naming the field. The value parsers the
+// `budget` tool relies on are tested in tools/test_parse.cpp.
 #include "dissect/budget.hpp"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "support/tensor_testing.hpp"
 
@@ -42,24 +44,33 @@ TEST(Dtype, BitsAndNames) {
   EXPECT_EQ(dtype_bits(Dtype::fp8), 8);
   EXPECT_EQ(dtype_bits(Dtype::int8), 8);
   EXPECT_EQ(dtype_bits(Dtype::int4), 4);
-  for (Dtype d : {Dtype::fp32, Dtype::fp16, Dtype::bf16, Dtype::fp8, Dtype::int8, Dtype::int4}) {
-    EXPECT_EQ(parse_dtype(dtype_name(d), "dtype"), d);  // names round-trip
-  }
+  const std::string names[] = {"fp32", "fp16", "bf16", "fp8", "int8", "int4"};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(dtype_name(static_cast<Dtype>(i)), names[i]);
+  // Reading names back from a command line: tools/test_parse.cpp.
+  static_assert(dtype_bits(Dtype::int4) == 4, "dtype_bits stays usable in constant expressions");
 }
 
-TEST(Dtype, ParsesAliasesInAnyCase) {
-  EXPECT_EQ(parse_dtype("FP16", "--dtype"), Dtype::fp16);
-  EXPECT_EQ(parse_dtype("half", "--dtype"), Dtype::fp16);
-  EXPECT_EQ(parse_dtype("float32", "--dtype"), Dtype::fp32);
-  EXPECT_EQ(parse_dtype("bfloat16", "--dtype"), Dtype::bf16);
-  EXPECT_EQ(parse_dtype("i4", "--dtype"), Dtype::int4);
-}
-
-TEST(Dtype, UnknownNameIsAConfigErrorNamingTheField) {
-  EXPECT_THROW_WITH(
-      parse_dtype("fp12", "--kv-dtype"), ConfigError,
-      "--kv-dtype: unknown dtype \"fp12\" (known: fp32, fp16, bf16, fp8, int8, int4)");
-  EXPECT_THROW_WITH(parse_dtype("", "--dtype"), ConfigError, "--dtype: unknown dtype");
+TEST(Dtype, OutOfRangeValueIsAConfigErrorNamingTheTypeAndValue) {
+  // reliability.md row 23. Dtype(17) used to give dtype_bits 0 and a division by zero in
+  // bytes_for; every entry now checks the value first.
+  const Dtype bad = static_cast<Dtype>(17);
+  EXPECT_THROW_WITH(dtype_bits(bad), ConfigError,
+                    "dtype_bits: Dtype(17) is out of range (known: fp32, fp16, bf16, fp8, int8, "
+                    "int4)");
+  EXPECT_THROW_WITH(dtype_name(bad), ConfigError, "dtype_name: Dtype(17) is out of range");
+  EXPECT_THROW_WITH(check_dtype("op", static_cast<Dtype>(-1)), ConfigError,
+                    "op: Dtype(-1) is out of range");
+  EXPECT_THROW_WITH(bytes_for(10, bad, "weights"), ConfigError, "weights: Dtype(17)");
+  EXPECT_THROW_WITH(weight_bytes(10, bad), ConfigError, "Dtype(17) is out of range");
+  EXPECT_THROW_WITH(kv_cache_bytes(32, 2048, 32, 128, bad), ConfigError, "Dtype(17)");
+  BudgetInputs inputs = lesson_inputs();
+  inputs.weight_dtype = bad;
+  EXPECT_THROW_WITH(compute_budget(lesson_model(), inputs), ConfigError,
+                    "budget: weight_dtype: Dtype(17) is out of range");
+  inputs = lesson_inputs();
+  inputs.kv_dtype = static_cast<Dtype>(6);  // one past int4
+  EXPECT_THROW_WITH(compute_budget(find_preset("gpt2-small").config, inputs), ConfigError,
+                    "budget: kv_dtype: Dtype(6) is out of range");
 }
 
 TEST(BytesFor, Int4PacksTwoPerByteAndRoundsUp) {
@@ -183,14 +194,31 @@ TEST(Lesson, DecodeBatchDefaultsToEverySequenceThatFits) {
 
 TEST(Lesson, PrefillOf2048TokensTakes96ms) {
   const Budget b = compute_budget(lesson_model(), lesson_inputs());
-  // 2 · 7e9 · 2048 = 28,672,000,000,000 ≈ 2.9e13 FLOP
-  EXPECT_EQ(b.prefill_flops, 28'672'000'000'000);
+  // A bare parameter count: W = parameters, so the linear products are the lesson's
+  // 2 · 7e9 · 2048 = 28,672,000,000,000 ≈ 2.9e13 FLOP.
+  EXPECT_EQ(b.prefill_linear_flops, 28'672'000'000'000);
+  EXPECT_EQ(b.linear_weights, 7'000'000'000);
+  EXPECT_FALSE(b.linear_weights_exact);
   // attention, reported apart: 4 · 32 · 2048² · 32 · 128 = 2,199,023,255,552 ≈ 2.2e12
   EXPECT_EQ(b.prefill_attention_flops, 2'199'023'255'552);
+  // The prefill FLOPs are the sum: 28,672,000,000,000 + 2,199,023,255,552.
+  EXPECT_EQ(b.prefill_flops, 30'871'023'255'552);
   ASSERT_TRUE(b.prefill);
   // 2.8672e13 / 3e14 = 95.57 ms ("about 96 ms"); with attention 3.0871e13 / 3e14 = 102.90 ms.
-  EXPECT_NEAR(b.prefill->ms, 95.5733, 1e-4);
-  EXPECT_NEAR(b.prefill->ms_with_attention, 102.9034, 1e-4);
+  EXPECT_NEAR(b.prefill->ms_linear, 95.5733, 1e-4);
+  EXPECT_NEAR(b.prefill->ms, 102.9034, 1e-4);
+}
+
+TEST(Budget, PrefillFromAConfigCountsTheMatrixWeightsExactly) {
+  // LLaMA-7B at T = 2048: W = 6,607,077,376 matrix weights (its 6,738,415,616 parameters less
+  // the 131,072,000 token embedding and 266,240 norm weights), so the linear products are
+  // 2 · 6,607,077,376 · 2048 = 27,062,588,932,096, not 2 · parameters · T.
+  const Budget b = compute_budget(find_preset("llama-7b").config, lesson_inputs());
+  EXPECT_TRUE(b.linear_weights_exact);
+  EXPECT_EQ(b.linear_weights, 6'607'077'376);
+  EXPECT_EQ(b.prefill_linear_flops, 27'062'588'932'096);
+  EXPECT_EQ(b.prefill_attention_flops, 2'199'023'255'552);
+  EXPECT_EQ(b.prefill_flops, 29'261'612'187'648);
 }
 
 TEST(Lesson, AdamTrainingNeeds16BytesPerParameter) {
@@ -284,8 +312,8 @@ TEST(Budget, BadInputsAreConfigErrorsNamingTheField) {
     change(inputs);
     EXPECT_THROW_WITH(compute_budget(lesson_model(), inputs), ConfigError, message);
   };
-  expect_rejected([](BudgetInputs& i) { i.batch = -1; }, "budget: batch must be >= 1 (got -1)");
-  expect_rejected([](BudgetInputs& i) { i.batch = 0; }, "budget: batch must be >= 1");
+  expect_rejected([](BudgetInputs& i) { i.batch = -1; }, "budget: batch must be > 0 (got -1)");
+  expect_rejected([](BudgetInputs& i) { i.batch = 0; }, "budget: batch must be > 0");
   expect_rejected([](BudgetInputs& i) { i.context = -2048; }, "budget: context must be > 0");
   expect_rejected([](BudgetInputs& i) { i.context = 0; }, "budget: context must be > 0");
   expect_rejected([](BudgetInputs& i) { i.memory_bytes = 0; }, "budget: memory_bytes must be > 0");
@@ -326,103 +354,36 @@ TEST(Budget, TotalsThatOverflowAreConfigErrors) {
   // KV: 2 · 2²⁰ layers · 2³⁰ tokens · 32 · 128 · 2 B = 2⁶⁵.
   EXPECT_THROW_WITH(kv_cache_bytes(index_t{1} << 20, index_t{1} << 30, 32, 128, Dtype::fp16),
                     OverflowError, "kv_cache_bytes: overflows int64");
-  // Attention FLOPs: 4 · 32 · T² · 32 · 128 with T = 2²⁶ is 2¹⁹ · 2⁵² = 2⁷¹.
+  // Attention FLOPs: one product, 2 · 32 · T² · 128 with T = 2²⁶, is 2¹³ · 2⁵² = 2⁶⁵.
   BudgetInputs long_context = lesson_inputs();
   long_context.context = index_t{1} << 26;
   EXPECT_THROW_WITH(compute_budget(lesson_model(), long_context), OverflowError,
-                    "prefill_attention_flops: overflows int64");
+                    "attention_product_flops: overflows int64");
   // A KV cache of nearly 2⁶³ bytes on a 1-byte card: free − KV would pass −2⁶³ and must not
   // wrap. 4 parameters → 8 B of weights, free = 1 − 8 = −7; KV = 2 · (2⁶¹ − 1) · 2 B = 2⁶³ − 4.
+  // Weights + KV = 2⁶³ + 4 leaves int64 first (and, once it fits, free − KV cannot overflow).
   BudgetInputs tiny = lesson_inputs();
   tiny.memory_bytes = 1;
   tiny.context = 1;
   EXPECT_THROW_WITH(compute_budget(ModelSize{4, 1, 1, 1, (index_t{1} << 61) - 1}, tiny),
-                    OverflowError, "free_after_first: overflows int64");
+                    OverflowError, "budget: weights + one sequence's KV cache: overflows int64");
 }
 
-// ---- parsing ------------------------------------------------------------------------------------
-
-TEST(ParseBytes, DecimalAndBinaryUnits) {
-  EXPECT_EQ(parse_bytes("24GB", "m"), 24'000'000'000);
-  EXPECT_EQ(parse_bytes("80GiB", "m"), 85'899'345'920);  // 80 · 2³⁰
-  EXPECT_EQ(parse_bytes("24000000000", "m"), 24'000'000'000);
-  EXPECT_EQ(parse_bytes("2.4e10", "m"), 24'000'000'000);
-  EXPECT_EQ(parse_bytes("24G", "m"), 24'000'000'000);
-  EXPECT_EQ(parse_bytes("24 gb", "m"), 24'000'000'000);
-  EXPECT_EQ(parse_bytes("1.5TB", "m"), 1'500'000'000'000);
-  EXPECT_EQ(parse_bytes("512KiB", "m"), 524'288);
-  EXPECT_EQ(parse_bytes("16MB", "m"), 16'000'000);
-  EXPECT_EQ(parse_bytes("7B", "m"), 7);
-}
-
-TEST(ParseBytes, BadSizesNameTheField) {
-  EXPECT_THROW_WITH(parse_bytes("24XB", "--gpu-memory"), ConfigError,
-                    "--gpu-memory: cannot read \"24XB\" as a size");
-  EXPECT_THROW_WITH(parse_bytes("GB", "--gpu-memory"), ConfigError, "--gpu-memory: cannot read");
-  EXPECT_THROW_WITH(parse_bytes("", "--gpu-memory"), ConfigError, "--gpu-memory: cannot read");
-  EXPECT_THROW_WITH(parse_bytes("-24GB", "--gpu-memory"), ConfigError, "--gpu-memory: must be > 0");
-  EXPECT_THROW_WITH(parse_bytes("0", "--gpu-memory"), ConfigError, "--gpu-memory: must be > 0");
-  EXPECT_THROW_WITH(parse_bytes("10EB", "--gpu-memory"), ConfigError, "cannot read");
-  EXPECT_THROW_WITH(parse_bytes("10000PB", "--gpu-memory"), ConfigError,
-                    "--gpu-memory: \"10000PB\" overflows int64");
-  EXPECT_THROW_WITH(parse_bytes("inf", "--gpu-memory"), ConfigError, "cannot read");
-}
-
-TEST(ParseRates, BandwidthAndFlops) {
-  EXPECT_EQ(parse_bandwidth("1.5TB/s", "b"), 1.5e12);
-  EXPECT_EQ(parse_bandwidth("900GB/s", "b"), 900e9);
-  EXPECT_EQ(parse_bandwidth("2TiB/s", "b"), 2.0 * 1099511627776.0);
-  EXPECT_EQ(parse_bandwidth("1.5e12", "b"), 1.5e12);
-  EXPECT_EQ(parse_bandwidth("1.5T", "b"), 1.5e12);
-  EXPECT_EQ(parse_flops("300TFLOPS", "p"), 300e12);
-  EXPECT_EQ(parse_flops("312 TFLOP/s", "p"), 312e12);
-  EXPECT_EQ(parse_flops("1PFLOPS", "p"), 1e15);
-  EXPECT_EQ(parse_flops("3e14", "p"), 3e14);
-}
-
-TEST(ParseRates, BadRatesNameTheField) {
-  EXPECT_THROW_WITH(parse_bandwidth("fast", "--bandwidth"), ConfigError,
-                    "--bandwidth: cannot read \"fast\"");
-  EXPECT_THROW_WITH(parse_bandwidth("1.5TB", "--bandwidth"), ConfigError,
-                    "--bandwidth: cannot read");  // a size, not a rate
-  EXPECT_THROW_WITH(parse_bandwidth("0TB/s", "--bandwidth"), ConfigError,
-                    "--bandwidth: must be > 0");
-  EXPECT_THROW_WITH(parse_flops("300TB/s", "--peak"), ConfigError, "--peak: cannot read");
-  EXPECT_THROW_WITH(parse_flops("-1TFLOPS", "--peak"), ConfigError, "--peak: must be > 0");
-}
-
-TEST(ParseCount, ScientificAndSuffixedCounts) {
-  EXPECT_EQ(parse_count("7e9", "n"), 7'000'000'000);
-  EXPECT_EQ(parse_count("7000000000", "n"), 7'000'000'000);
-  EXPECT_EQ(parse_count("6.7e9", "n"), 6'700'000'000);
-  EXPECT_EQ(parse_count("7B", "n"), 7'000'000'000);
-  EXPECT_EQ(parse_count("124M", "n"), 124'000'000);
-  EXPECT_EQ(parse_count("32", "n"), 32);
-  // Digits alone stay exact past 2⁵³, where a double would round.
-  EXPECT_EQ(parse_count("9007199254740993", "n"), 9'007'199'254'740'993);
-}
-
-TEST(ParseCount, BadCountsNameTheField) {
-  EXPECT_THROW_WITH(parse_count("7.5", "--layers"), ConfigError,
-                    "--layers: \"7.5\" is not a whole number");
-  EXPECT_THROW_WITH(parse_count("0", "--batch"), ConfigError, "--batch: must be > 0 (got 0)");
-  EXPECT_THROW_WITH(parse_count("-1", "--batch"), ConfigError, "--batch: must be > 0 (got -1)");
-  EXPECT_THROW_WITH(parse_count("abc", "--params"), ConfigError,
-                    "--params: cannot read \"abc\" as a count");
-  EXPECT_THROW_WITH(parse_count("7Q", "--params"), ConfigError, "--params: cannot read");
-  EXPECT_THROW_WITH(parse_count("1e19", "--params"), ConfigError, "--params: \"1e19\" overflows");
-  EXPECT_THROW_WITH(parse_count("99999999999999999999", "--params"), ConfigError,
-                    "--params: \"99999999999999999999\" overflows int64");
-}
-
-TEST(ParseFraction, PlainOrPercent) {
-  EXPECT_EQ(parse_fraction("0.2", "r"), 0.2);
-  EXPECT_EQ(parse_fraction("20%", "r"), 0.2);
-  EXPECT_EQ(parse_fraction("0", "r"), 0.0);
-  EXPECT_THROW_WITH(parse_fraction("1", "--reserve"), ConfigError, "--reserve: must be in [0, 1)");
-  EXPECT_THROW_WITH(parse_fraction("100%", "--reserve"), ConfigError, "--reserve: must be in");
-  EXPECT_THROW_WITH(parse_fraction("-0.1", "--reserve"), ConfigError, "--reserve: must be in");
-  EXPECT_THROW_WITH(parse_fraction("some", "--reserve"), ConfigError, "--reserve: cannot read");
+TEST(Budget, WeightsPlusOneSequenceIsCheckedNotWrapped) {
+  // The tool prints "weights + 1 sequence"; it used to add the two unchecked and print a
+  // negative size. 2⁶² parameters in fp8 are 2⁶² B; with L = H_kv = T = 1 and d_k = 2⁶¹ the KV
+  // cache is 2 · 2⁶¹ · 1 B = 2⁶² B: each fits int64, their sum 2⁶³ does not.
+  BudgetInputs inputs;
+  inputs.context = 1;
+  inputs.weight_dtype = Dtype::fp8;
+  inputs.kv_dtype = Dtype::fp8;
+  const ModelSize huge{index_t{1} << 62, 1, 1, 1, index_t{1} << 61};
+  EXPECT_THROW_WITH(compute_budget(huge, inputs), OverflowError,
+                    "budget: weights + one sequence's KV cache: overflows int64");
+  // A sum that fits is exact: 2⁵⁸ B of weights + 2 · 3 B of KV (2⁵⁸ parameters also keep Adam's
+  // 16 B each within int64).
+  const Budget b = compute_budget(ModelSize{index_t{1} << 58, 1, 1, 1, 3}, inputs);
+  EXPECT_EQ(b.single_sequence_bytes, (index_t{1} << 58) + 6);
 }
 
 // ---- printing -----------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // Tests for dissect/config.hpp: defaults that derive from other fields, validation naming the
-// field (reliability.md row 15), and the presets' fields against their published configs.
+// field (reliability.md row 15), style enums out of range (row 23), and the presets' fields
+// against their published configs.
 #include "dissect/config.hpp"
 
 #include <gtest/gtest.h>
@@ -97,6 +98,37 @@ TEST(Config, KvHeadsMustDivideHeads) {
   EXPECT_THROW_WITH(config.validate(), ConfigError, "n_kv_heads 3 does not divide n_heads 4");
   config.n_kv_heads = 8;  // more KV heads than query heads
   EXPECT_THROW_WITH(config.validate(), ConfigError, "n_kv_heads 8 does not divide n_heads 4");
+}
+
+TEST(Config, StyleEnumsOutOfRangeAreConfigErrorsNamingTypeAndValue) {
+  // An enum class holds any int: a value cast from a file or a command line must not pick a
+  // branch (Norm(7) used to count as RMSNorm, Ffn(9) as a plain MLP).
+  TransformerConfig config = small_config();
+  config.norm = static_cast<Norm>(7);
+  EXPECT_THROW_WITH(config.validate(), ConfigError,
+                    "TransformerConfig: Norm(7) is out of range (known: layer_norm, rms_norm)");
+  config = small_config();
+  config.positions = static_cast<Positions>(-1);
+  EXPECT_THROW_WITH(config.validate(), ConfigError,
+                    "TransformerConfig: Positions(-1) is out of range (known: learned, rotary)");
+  config = small_config();
+  config.ffn = static_cast<Ffn>(2);  // one past gated
+  EXPECT_THROW_WITH(config.validate(), ConfigError,
+                    "TransformerConfig: Ffn(2) is out of range (known: mlp, gated)");
+  EXPECT_THROW_WITH(check_norm("op", static_cast<Norm>(2)), ConfigError, "op: Norm(2)");
+  EXPECT_THROW_WITH(norm_name(static_cast<Norm>(3)), ConfigError, "norm_name: Norm(3)");
+  EXPECT_THROW_WITH(positions_name(static_cast<Positions>(5)), ConfigError, "Positions(5)");
+  EXPECT_THROW_WITH(ffn_name(static_cast<Ffn>(5)), ConfigError, "Ffn(5)");
+}
+
+TEST(Config, StyleEnumsHaveNames) {
+  EXPECT_EQ(std::string(norm_name(Norm::layer_norm)) + " " + std::string(norm_name(Norm::rms_norm)),
+            "layer_norm rms_norm");
+  EXPECT_EQ(std::string(positions_name(Positions::learned)) + " " +
+                std::string(positions_name(Positions::rotary)),
+            "learned rotary");
+  EXPECT_EQ(std::string(ffn_name(Ffn::mlp)) + " " + std::string(ffn_name(Ffn::gated)), "mlp gated");
+  EXPECT_EQ(check_ffn("op", Ffn::gated), Ffn::gated);
 }
 
 TEST(Presets, AllAreValidAndUniquelyNamed) {

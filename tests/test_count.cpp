@@ -1,12 +1,15 @@
 // Tests for dissect/count.hpp: the lesson's 12·D²·L estimate and its exercise, the exact counts
-// published for GPT-2 and LLaMA, each style choice's contribution, and overflow (reliability.md
-// row 16) as a ConfigError rather than a wrapped number.
+// published for GPT-2 and LLaMA, each style choice's contribution, the count as the sum over
+// weight_matrices, and overflow (reliability.md row 16) as an error rather than a wrapped number
+// — while an estimate beyond int64 never blocks an exact count that fits.
 #include "dissect/count.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <string>
 
 #include "support/tensor_testing.hpp"
 
@@ -30,9 +33,10 @@ TEST(ApproxParameters, LessonsExercise) {
   // together 35,258,368 (the lesson's answer, "about 35.26 million").
   EXPECT_EQ(approx_parameters(512, 6), 18'874'368);
   const ParameterCount toy = count_parameters(find_preset("toy").config);
-  EXPECT_EQ(toy.approx_12d2l, 18'874'368);
+  ASSERT_TRUE(toy.approx_12d2l);
+  EXPECT_EQ(*toy.approx_12d2l, 18'874'368);
   EXPECT_EQ(toy.token_embedding, 16'384'000);
-  EXPECT_EQ(toy.approx_12d2l + toy.token_embedding, 35'258'368);
+  EXPECT_EQ(*toy.approx_12d2l + toy.token_embedding, 35'258'368);
   // The toy has no biases, rotary positions and a tied head, so all the estimate misses are the
   // RMSNorm weights: (2 · 6 + 1) · 512 = 6,656 → 35,265,024.
   EXPECT_EQ(toy.total, 35'258'368 + 6'656);
@@ -76,7 +80,8 @@ TEST(CountParameters, Gpt2SmallExactly) {
   EXPECT_EQ(c.output_head, 0);      // tied to wte
   EXPECT_EQ(c.total, 124'439'808);  // sum(p.numel()) of HF GPT2LMHeadModel
   EXPECT_EQ(c.approx_12d2l, 84'934'656);
-  EXPECT_NEAR(c.coverage, 0.682536, 1e-6);  // 84,934,656 / 124,439,808
+  ASSERT_TRUE(c.coverage);
+  EXPECT_NEAR(*c.coverage, 0.682536, 1e-6);  // 84,934,656 / 124,439,808
 }
 
 TEST(CountParameters, Gpt2MediumExactly) {
@@ -92,9 +97,10 @@ TEST(CountParameters, Llama7bExactly) {
   EXPECT_EQ(c.per_layer.ffn, 135'266'304);       // 3 · 4096 · 11008 (gate, up, down)
   EXPECT_EQ(c.per_layer.norms, 8'192);           // 2 RMSNorm weights
   EXPECT_EQ(c.final_norm, 4'096);
-  EXPECT_EQ(c.output_head, 131'072'000);    // untied
-  EXPECT_EQ(c.total, 6'738'415'616);        // the published "6.7B"
-  EXPECT_NEAR(c.coverage, 0.956078, 1e-6);  // 6,442,450,944 / 6,738,415,616
+  EXPECT_EQ(c.output_head, 131'072'000);  // untied
+  EXPECT_EQ(c.total, 6'738'415'616);      // the published "6.7B"
+  ASSERT_TRUE(c.coverage);
+  EXPECT_NEAR(*c.coverage, 0.956078, 1e-6);  // 6,442,450,944 / 6,738,415,616
 }
 
 TEST(CountParameters, Llama2_70bExactly) {
@@ -205,7 +211,48 @@ TEST(CountParameters, OverflowIsAnOverflowErrorNeverAWrappedNumber) {
   c = find_preset("gpt2-small").config;
   c.vocab = std::numeric_limits<index_t>::max() / 2;
   EXPECT_THROW_WITH(count_parameters(c), OverflowError,
-                    "count_parameters embedding: overflows int64");
+                    "WeightMatrix embed.tokens [4611686018427387903, 768]: weight count overflows "
+                    "int64");
+}
+
+TEST(CountParameters, AnEstimateBeyondInt64DoesNotBlockTheExactCount) {
+  // D = 2³⁰, L = 1: 12·D²·L = 12·2⁶⁰ > 2⁶³. With one head of width 1, F = 1, V = 1, rotary
+  // positions, no biases and RMSNorm, the model itself is small: embedding 1, QKV 3 and W_O 1,
+  // FFN 2, norms 2 + 1, each × 2³⁰ — 10·2³⁰ = 10,737,418,240 parameters.
+  const TransformerConfig c{.d_model = index_t{1} << 30,
+                            .n_layers = 1,
+                            .n_heads = 1,
+                            .head_dim = 1,
+                            .d_ff = 1,
+                            .vocab = 1,
+                            .context = 1,
+                            .positions = Positions::rotary,
+                            .norm = Norm::rms_norm,
+                            .bias = false};
+  EXPECT_THROW_WITH(approx_parameters(c), OverflowError, "approx_parameters 12*D^2*L");
+  EXPECT_EQ(try_approx_parameters(c.d_model, c.n_layers), std::nullopt);
+  const ParameterCount count = count_parameters(c);
+  EXPECT_EQ(count.total, 10 * (index_t{1} << 30));
+  EXPECT_FALSE(count.approx_12d2l);
+  EXPECT_FALSE(count.coverage);
+  EXPECT_EQ(try_approx_parameters(768, 12), 84'934'656);
+  EXPECT_THROW_WITH(try_approx_parameters(0, 12), ConfigError, "d_model must be > 0");
+}
+
+TEST(CountParameters, IsTheSumOverWeightMatricesPlusNorms) {
+  // count_parameters reads weight_matrices: its matrix parameters are theirs, one copy per layer
+  // for the per-layer ones, and what is left is the norms.
+  for (const Preset& preset : presets()) {
+    SCOPED_TRACE(std::string(preset.name));
+    const TransformerConfig& c = preset.config;
+    const ParameterCount count = count_parameters(c);
+    index_t matrices = 0;
+    for (const WeightMatrix& m : weight_matrices(c)) {
+      matrices += m.parameters() * (m.per_layer ? c.n_layers : 1);
+    }
+    const index_t norms = count.per_layer.norms * c.n_layers + count.final_norm;
+    EXPECT_EQ(count.total, matrices + norms);
+  }
 }
 
 }  // namespace

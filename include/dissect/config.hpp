@@ -3,14 +3,18 @@
 // TransformerConfig holds exactly what the accounting needs: the sizes (D, L, H, H_kv, d_k, F,
 // V, context) and the style choices that change the parameter count (tied head, learned or
 // rotary positions, LayerNorm or RMSNorm, biases, plain or gated FFN). No values, no weights.
-// validate() is the one place that decides whether a configuration is possible.
+// validate() is the one place that decides whether a configuration is possible; each style enum
+// has one check_* function that every entry point uses, so a value cast from outside the enum's
+// range is a ConfigError, never a silently wrong branch.
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "dissect/error.hpp"
 #include "dissect/shape.hpp"
@@ -27,18 +31,32 @@ enum class Norm { layer_norm, rms_norm };
 /// mlp: D → F → D, two matrices. gated (SwiGLU): gate and up D → F, down F → D, three matrices.
 enum class Ffn { mlp, gated };
 
+/// The enumerator names, "learned", "rotary" / "layer_norm", "rms_norm" / "mlp", "gated".
+/// @throws ConfigError for a value outside the enum (as check_positions etc.).
+std::string_view positions_name(Positions positions);
+std::string_view norm_name(Norm norm);
+std::string_view ffn_name(Ffn ffn);
+
+/// Returns `value` if it is one of the enum's enumerators. An enum class holds any int, so a
+/// value cast from a file or a command line (`Norm(7)`) must be checked before it picks a branch.
+/// @throws ConfigError "op: Norm(7) is out of range (known: layer_norm, rms_norm)".
+Positions check_positions(std::string_view op, Positions value);
+Norm check_norm(std::string_view op, Norm value);
+Ffn check_ffn(std::string_view op, Ffn value);
+
 /// The shapes and style of a decoder-only transformer. Defaults are GPT-2's style; sizes have
-/// no meaningful default and must be set.
+/// no meaningful default and must be set. Every member has a default initializer, so a designated
+/// initializer (`{.d_model = 8, .n_layers = 2, …}`) may name only the fields it sets.
 struct TransformerConfig {
-  index_t d_model = 0;                ///< D
-  index_t n_layers = 0;               ///< L
-  index_t n_heads = 0;                ///< H, query heads
-  std::optional<index_t> n_kv_heads;  ///< H_kv (grouped-query attention); unset → H
-  std::optional<index_t> head_dim;    ///< d_k; unset → D / H
-  index_t d_ff = 0;                   ///< F
-  index_t vocab = 0;                  ///< V
-  index_t context = 0;                ///< longest sequence; sizes a learned position table
-  bool tied_embeddings = true;        ///< output head shares the token embedding
+  index_t d_model = 0;                               ///< D
+  index_t n_layers = 0;                              ///< L
+  index_t n_heads = 0;                               ///< H, query heads
+  std::optional<index_t> n_kv_heads = std::nullopt;  ///< H_kv (grouped-query attention); unset → H
+  std::optional<index_t> head_dim = std::nullopt;    ///< d_k; unset → D / H
+  index_t d_ff = 0;                                  ///< F
+  index_t vocab = 0;                                 ///< V
+  index_t context = 0;          ///< longest sequence; sizes a learned position table
+  bool tied_embeddings = true;  ///< output head shares the token embedding
   Positions positions = Positions::learned;
   Norm norm = Norm::layer_norm;
   bool bias = true;  ///< biases on every linear layer (not the output head)
@@ -54,8 +72,8 @@ struct TransformerConfig {
   }
 
   /// Checks that the configuration can exist: every size > 0, D % H == 0 when d_k is derived,
-  /// H_kv dividing H.
-  /// @throws ConfigError naming the offending field and its value.
+  /// H_kv dividing H, every style enum in range.
+  /// @throws ConfigError naming the offending field (or enum type) and its value.
   void validate() const;
 };
 
@@ -80,19 +98,75 @@ HeadLayout check_heads(std::string_view op, index_t d_model, index_t n_heads,
 
 /// A named configuration of a public model.
 struct Preset {
-  std::string_view name;         ///< what `budget --preset` accepts
+  std::string_view name;         ///< the key find_preset looks up
   std::string_view description;  ///< one line, with the published parameter count
   TransformerConfig config;
 };
 
-/// Every preset, in the order `budget --list-presets` prints them.
+/// Every preset, smallest family first (the order a listing should print them in).
 std::span<const Preset> presets();
 
 /// The preset called `name`.
 /// @throws ConfigError if there is none; the message lists the known names.
 const Preset& find_preset(std::string_view name);
 
-// ---- implementation -----------------------------------------------------------------------------
+// ---- implementation: enums ---------------------------------------------------------------------
+
+namespace detail {
+
+[[noreturn]] inline void throw_enum_out_of_range(std::string_view op, std::string_view type,
+                                                 long long raw,
+                                                 std::span<const std::string_view> names) {
+  std::string known;
+  for (std::string_view name : names) known += (known.empty() ? "" : ", ") + std::string(name);
+  throw ConfigError(concat(op, ": ", type, "(", raw, ") is out of range (known: ", known, ")"));
+}
+
+/// `value` if its underlying integer indexes `names` (enumerators are 0, 1, …, in the order of
+/// `names`), else ConfigError naming `type`, the value and the known names. constexpr so that
+/// dtype_bits and friends stay usable in constant expressions; the throw path is never constant.
+template <class Enum, std::size_t N>
+constexpr Enum check_enum(std::string_view op, std::string_view type, Enum value,
+                          const std::array<std::string_view, N>& names) {
+  const auto raw = static_cast<std::underlying_type_t<Enum>>(value);
+  if (raw < 0 || static_cast<std::size_t>(raw) >= N) {
+    throw_enum_out_of_range(op, type, static_cast<long long>(raw), names);
+  }
+  return value;
+}
+
+inline constexpr std::array<std::string_view, 2> positions_names{"learned", "rotary"};
+inline constexpr std::array<std::string_view, 2> norm_names{"layer_norm", "rms_norm"};
+inline constexpr std::array<std::string_view, 2> ffn_names{"mlp", "gated"};
+
+}  // namespace detail
+
+inline Positions check_positions(std::string_view op, Positions value) {
+  return detail::check_enum(op, "Positions", value, detail::positions_names);
+}
+
+inline Norm check_norm(std::string_view op, Norm value) {
+  return detail::check_enum(op, "Norm", value, detail::norm_names);
+}
+
+inline Ffn check_ffn(std::string_view op, Ffn value) {
+  return detail::check_enum(op, "Ffn", value, detail::ffn_names);
+}
+
+inline std::string_view positions_name(Positions positions) {
+  return detail::positions_names[static_cast<std::size_t>(
+      check_positions("positions_name", positions))];
+}
+
+inline std::string_view norm_name(Norm norm) {
+  return detail::norm_names[static_cast<std::size_t>(check_norm("norm_name", norm))];
+}
+
+inline std::string_view ffn_name(Ffn ffn) {
+  return detail::ffn_names[static_cast<std::size_t>(check_ffn("ffn_name", ffn))];
+}
+
+// ---- implementation: sizes and presets ----------------------------------------------------------
 
 inline index_t require_positive(std::string_view op, std::string_view field, index_t value) {
   if (value <= 0)
@@ -127,6 +201,9 @@ inline void TransformerConfig::validate() const {
   require_positive(op, "d_ff", d_ff);
   require_positive(op, "vocab", vocab);
   require_positive(op, "context", context);
+  check_positions(op, positions);
+  check_norm(op, norm);
+  check_ffn(op, ffn);
 }
 
 namespace detail {
@@ -138,9 +215,9 @@ inline TransformerConfig gpt2_style(index_t d_model, index_t n_layers, index_t n
   config.d_model = d_model;
   config.n_layers = n_layers;
   config.n_heads = n_heads;
-  config.d_ff = 4 * d_model;  // config.json "n_inner": null → 4 · n_embd
-  config.vocab = 50257;       // config.json "vocab_size"
-  config.context = 1024;      // config.json "n_positions"
+  config.d_ff = checked_mul(4, d_model, "gpt2_style d_ff");  // "n_inner": null → 4 · n_embd
+  config.vocab = 50257;                                      // config.json "vocab_size"
+  config.context = 1024;                                     // config.json "n_positions"
   return config;
 }
 
@@ -172,10 +249,10 @@ inline TransformerConfig llama2_70b() {
   return config;
 }
 
-inline TransformerConfig lesson_toy() {
-  // The lesson's exercise: D = 512, L = 6, V = 32000, where 12·D²·L + V·D = 35,258,368. H, F
-  // and the context are ours (d_k = 64, F = 4D). The style keeps the estimate honest: no
-  // biases, rotary positions, tied head, plain MLP — the exact count only adds the RMSNorm
+inline TransformerConfig toy_d512_l6() {
+  // A small exercise model: D = 512, L = 6, V = 32000, where 12·D²·L + V·D = 35,258,368. H, F
+  // and the context are ours (d_k = 64, F = 4D). The style keeps the 12·D²·L estimate honest:
+  // no biases, rotary positions, tied head, plain MLP — the exact count only adds the RMSNorm
   // weights, (2L + 1)·D = 6,656.
   TransformerConfig config;
   config.d_model = 512;
@@ -206,8 +283,8 @@ inline std::span<const Preset> presets() {
        detail::llama_style(4096, 32, 32, 11008, 2048)},
       {"llama-2-70b", "Llama-2-70B, GQA with 8 KV heads, 68,976,648,192 parameters",
        detail::llama2_70b()},
-      {"toy", "the lesson's exercise: D = 512, L = 6, V = 32000, 35,265,024 parameters",
-       detail::lesson_toy()},
+      {"toy", "an exercise model: D = 512, L = 6, V = 32000, 35,265,024 parameters",
+       detail::toy_d512_l6()},
   }};
   return all;
 }

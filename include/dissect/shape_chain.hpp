@@ -1,18 +1,17 @@
 // dissect/shape_chain.hpp — named dimensions, and a chain that checks and records every shape.
 //
-// DimensionTable gives the lesson's letters (B, T, D, H, d_k, F, L, V) their sizes. ShapeChain
+// DimensionTable gives the dimension letters (B, T, D, H, d_k, F, L, V) their sizes. ShapeChain
 // checks real shapes against symbolic ones ("B H T d_k") stage by stage, explains a mismatch in
 // those letters (which axes are swapped, or every reading that fits when sizes coincide), and
-// prints the lesson's §8 table with the FLOPs of each step. forward_shape_chain builds that table
-// for a whole TransformerConfig. Shapes and counts only: no tensor value is ever read.
+// records each step with its FLOPs. The checker only: a transformer's own chain is built in
+// forward_chain.hpp, and printing a chain as a table is left to tools and examples. Shapes and
+// counts only: no tensor value is ever read.
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <charconv>
 #include <cstddef>
 #include <initializer_list>
-#include <ostream>
 #include <span>
 #include <sstream>
 #include <string>
@@ -21,7 +20,6 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/config.hpp"
 #include "dissect/error.hpp"
 #include "dissect/shape.hpp"
 
@@ -118,11 +116,9 @@ struct ChainStep {
 };
 
 /// A forward pass written down step by step: each step is checked against a real shape (expect)
-/// or recorded from its symbols alone (record), and the whole prints as a table.
-///
-/// Table conventions: the FLOPs column is one pass of the step, counting 2·M·N·K per matrix
-/// product; "×L" marks a step that runs in every layer, and the totals multiply it by L; "-"
-/// marks a lookup or elementwise step, whose work is not counted.
+/// or recorded from its symbols alone (record), with the FLOPs of one pass of it (2·M·N·K per
+/// matrix product; 0 for a lookup or elementwise step, whose work is not counted). A per-layer
+/// step counts L times in the sums.
 class ShapeChain {
  public:
   explicit ShapeChain(DimensionTable dims) : dims_(std::move(dims)) {}
@@ -156,7 +152,7 @@ class ShapeChain {
   const ChainStep& record(std::string_view stage, std::string_view symbolic,
                           std::string_view operation = {}, StepCost cost = {});
 
-  /// A line printed under the table.
+  /// A remark about the chain as a whole (a renderer prints it under the steps).
   void add_note(std::string note) { notes_.push_back(std::move(note)); }
 
   const std::vector<ChainStep>& steps() const { return steps_; }
@@ -168,9 +164,6 @@ class ShapeChain {
   /// Σ total_flops over the steps of one kind.
   index_t flops_of(StepKind kind) const;
 
-  /// The chain as a table: dimensions, one row per step, totals, blind spots, notes.
-  std::string table() const;
-
  private:
   const ChainStep& push(std::string_view stage, std::string_view operation, SymbolicShape shape,
                         StepCost cost, std::string_view context);
@@ -181,45 +174,9 @@ class ShapeChain {
   index_t total_flops_ = 0;
 };
 
-/// Prints chain.table().
-std::ostream& operator<<(std::ostream& out, const ShapeChain& chain);
-
-/// The forward pass of `config` on `batch` sequences of `tokens` tokens, as the lesson's §8
-/// table: token ids, embedding, QKV projection, head split, scores, softmax, weighted sum, head
-/// merge + W_O, FFN (steps 3–9 per layer, "×L"), logits, sampling.
-///
-/// FLOPs count only matrix products. The linear steps (QKV, W_O, FFN, logits) sum to exactly
-/// 2 · W · B·T, where W counts the weight matrices of the linear layers: the per-layer W_Q, W_K,
-/// W_V, W_O and FFN matrices times L, plus the V·D head even when it is tied to the embedding.
-/// Biases and norm weights are not in W (they add O(parameters) work, not 2·W·B·T) and neither
-/// are the embeddings (lookups). The attention steps add 2 · 2·B·H·T²·d_k per layer: the full
-/// T×T products, as a dense kernel computes them, without exploiting the causal mask.
-/// @throws ConfigError if the config is invalid, batch or tokens is <= 0, tokens exceeds the
-///         context of a learned position table, or a FLOP count overflows int64.
-ShapeChain forward_shape_chain(const TransformerConfig& config, index_t batch, index_t tokens);
-
 // ---- implementation: helpers --------------------------------------------------------------------
 
 namespace detail::chain {
-
-/// Columns a UTF-8 string takes in a terminal, assuming one per code point: enough for the
-/// "·", "ᵀ", "√", "→" and "×" the tables use.
-inline std::size_t display_width(std::string_view text) {
-  return static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) {
-    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  }));
-}
-
-inline std::string pad_right(std::string text, std::size_t width) {
-  const std::size_t used = display_width(text);
-  if (used < width) text.append(width - used, ' ');
-  return text;
-}
-
-inline std::string pad_left(const std::string& text, std::size_t width) {
-  const std::size_t used = display_width(text);
-  return used < width ? std::string(width - used, ' ') + text : text;
-}
 
 template <class Item>
 std::string bracketed(std::span<const Item> items) {
@@ -595,155 +552,6 @@ inline index_t ShapeChain::flops_of(StepKind kind) const {
     if (step.cost.kind == kind) sum += step.total_flops;
   }
   return sum;
-}
-
-inline std::string ShapeChain::table() const {
-  using detail::chain::display_width;
-  constexpr std::size_t columns = 6;
-  using Row = std::array<std::string, columns>;
-  std::vector<Row> rows;
-  rows.push_back({"step", "operation", "symbolic shape", "numeric shape", "FLOPs", ""});
-  bool any_per_layer = false;
-  for (const ChainStep& step : steps_) {
-    any_per_layer = any_per_layer || step.cost.per_layer;
-    rows.push_back({step.stage, step.operation, step.shape.symbolic_text(),
-                    step.shape.numeric_text(),
-                    step.cost.flops > 0 ? format_count(step.cost.flops) : "-",
-                    step.cost.per_layer ? "×L" : ""});
-  }
-  std::array<std::size_t, columns> width{};
-  for (const Row& row : rows) {
-    for (std::size_t c = 0; c < columns; ++c) width[c] = std::max(width[c], display_width(row[c]));
-  }
-  // Trailing blanks would make the table awkward to compare and to paste.
-  auto line = [&](const Row& row) {
-    std::string text;
-    for (std::size_t c = 0; c < columns; ++c) {
-      if (c) text += "  ";
-      text += c == 4 ? detail::chain::pad_left(row[c], width[c])
-                     : detail::chain::pad_right(row[c], width[c]);
-    }
-    text.erase(text.find_last_not_of(' ') + 1);
-    return text + '\n';
-  };
-
-  std::string out = "dimensions: " + dims_.to_string() + '\n';
-  out += line(rows.front());
-  Row rule;
-  for (std::size_t c = 0; c < columns; ++c) rule[c] = std::string(width[c], '-');
-  out += line(rule);
-  for (std::size_t r = 1; r < rows.size(); ++r) out += line(rows[r]);
-
-  out += "FLOPs: 2·M·N·K per matrix product, one pass of the step";
-  if (any_per_layer) out += detail::concat("; ×L: once in each layer, L = ", dims_.size_of("L"));
-  out += ";\n\"-\": lookups and elementwise steps, not counted.\n";
-  out += "total: " + format_count(total_flops_) + " FLOPs";
-  const index_t linear = flops_of(StepKind::linear);
-  const index_t attention = flops_of(StepKind::attention);
-  const index_t other = flops_of(StepKind::other);
-  if (linear > 0 || attention > 0) {
-    out += " = linear steps " + format_count(linear) + " + attention products " +
-           format_count(attention);
-    if (other > 0) out += " + other " + format_count(other);
-  }
-  out += '\n';
-
-  bool blind = false;
-  for (const ChainStep& step : steps_) {
-    if (step.blind_spots.empty()) continue;
-    if (!blind) out += "blind spots (equal sizes: a check cannot see these axes swapped):\n";
-    blind = true;
-    std::vector<std::string> groups;
-    for (const AmbiguousAxes& group : step.blind_spots) groups.push_back(group.describe());
-    out += "  " + step.stage + " " + step.shape.symbolic_text() + ": " +
-           detail::chain::listed(groups, "; ") + '\n';
-  }
-  for (const std::string& note : notes_) out += note + '\n';
-  return out;
-}
-
-inline std::ostream& operator<<(std::ostream& out, const ShapeChain& chain) {
-  return out << chain.table();
-}
-
-// ---- implementation: a transformer's forward pass -----------------------------------------------
-
-inline ShapeChain forward_shape_chain(const TransformerConfig& config, index_t batch,
-                                      index_t tokens) {
-  config.validate();
-  if (batch <= 0) {
-    throw ConfigError(detail::concat("forward_shape_chain: batch B must be > 0 (got ", batch, ")"));
-  }
-  if (tokens <= 0) {
-    throw ConfigError(
-        detail::concat("forward_shape_chain: tokens T must be > 0 (got ", tokens, ")"));
-  }
-  if (config.positions == Positions::learned && tokens > config.context) {
-    throw ConfigError(detail::concat("forward_shape_chain: tokens T = ", tokens,
-                                     " exceed the context ", config.context,
-                                     " of the learned position table"));
-  }
-  const TransformerConfig& c = config;
-  const index_t d_k = c.head_size();
-  const bool grouped_query = c.kv_heads() != c.n_heads;
-
-  DimensionTable dims{{"B", batch}, {"T", tokens}, {"D", c.d_model}, {"H", c.n_heads}};
-  if (grouped_query) dims.add("H_kv", c.kv_heads());
-  dims.add("d_k", d_k).add("F", c.d_ff).add("L", c.n_layers).add("V", c.vocab);
-
-  // Every count below is checked once here, so the chain's own sums cannot overflow later.
-  constexpr std::string_view what = "forward_shape_chain FLOPs";
-  const index_t n = checked_mul(batch, tokens, what);
-  const index_t q_width = checked_mul(c.n_heads, d_k, what);
-  const index_t kv_width = checked_mul(c.kv_heads(), d_k, what);
-  const index_t qkv_weights =
-      checked_mul(c.d_model, checked_sum({q_width, kv_width, kv_width}, what), what);
-  const index_t o_weights = checked_mul(q_width, c.d_model, what);
-  const index_t ffn_weights =
-      checked_product({c.ffn == Ffn::gated ? 3 : 2, c.d_model, c.d_ff}, what);
-  const index_t head_weights = checked_mul(c.vocab, c.d_model, what);
-  const index_t linear_weights = checked_sum(
-      {checked_mul(checked_sum({qkv_weights, o_weights, ffn_weights}, what), c.n_layers, what),
-       head_weights},
-      what);
-  const index_t attention_product =
-      checked_product({2, batch, c.n_heads, tokens, tokens, d_k}, what);
-  checked_sum({checked_product({2, n, linear_weights}, what),
-               checked_product({2, attention_product, c.n_layers}, what)},
-              what);
-  auto linear = [&](index_t weights, bool per_layer) {
-    return StepCost{checked_product({2, n, weights}, what), per_layer, StepKind::linear};
-  };
-  const StepCost attention{attention_product, true, StepKind::attention};
-  const StepCost in_layer{0, true, StepKind::other};
-
-  ShapeChain chain(std::move(dims));
-  chain.record("token ids", "B T", "tokenizer output");
-  chain.record("embedding", "B T D",
-               c.positions == Positions::learned ? "E[ids] + P[0:T]" : "E[ids]");
-  // With an explicit head_dim (Gemma), H·d_k need not be D.
-  const std::string q_shape = q_width == c.d_model ? "B T D" : "B T H*d_k";
-  chain.record("QKV projection", q_shape,
-               grouped_query ? "X·W_Q, X·W_K, X·W_V (K, V: H_kv*d_k wide)" : "X·W_Q, X·W_K, X·W_V",
-               linear(qkv_weights, true));
-  chain.record("head split", "B H T d_k", "reshape + transpose", in_layer);
-  chain.record("scores", "B H T T", "Q·Kᵀ / √d_k", attention);
-  chain.record("softmax", "B H T T", "over the last axis", in_layer);
-  chain.record("weighted sum", "B H T d_k", "P·V", attention);
-  chain.record("head merge + W_O", "B T D", "transpose + reshape, ·W_O", linear(o_weights, true));
-  chain.record("FFN", "B T D", c.ffn == Ffn::gated ? "SwiGLU D → F → D" : "D → F → D",
-               linear(ffn_weights, true));
-  chain.record("logits", "B T V", c.tied_embeddings ? "X·Eᵀ (tied head)" : "X·W_vocab",
-               linear(head_weights, false));
-  chain.record("sampling", "B T", "softmax + sample");
-
-  chain.add_note(detail::concat("linear steps = 2 · ", format_count(linear_weights), " weights · ",
-                                format_count(n),
-                                " tokens, the weights being W_Q, W_K, W_V, W_O and"));
-  chain.add_note("  the FFN matrices × L, plus the V·D head (no biases, norms or embeddings)");
-  chain.add_note(
-      "attention products = 2 · 2·B·H·T²·d_k per layer (full T×T: the causal mask is not used)");
-  return chain;
 }
 
 }  // namespace dissect
