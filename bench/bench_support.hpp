@@ -120,8 +120,9 @@ Tensor<float, Rank> random_tensor(const Shape<Rank>& shape, std::uint64_t seed) 
 
 /// Compares a few rows of `fast` with the naive kernel (all rows would take minutes at 7B sizes).
 /// A wrong kernel must not produce a number, so a mismatch aborts the run.
-inline void verify_rows(const char* what, const Tensor<float, 2>& x, ConstTensorView<float, 2> weight,
-                        ConstTensorView<float, 1> bias, const Tensor<float, 2>& fast) {
+inline void verify_rows(const char* what, const Tensor<float, 2>& x,
+                        ConstTensorView<float, 2> weight, ConstTensorView<float, 1> bias,
+                        const Tensor<float, 2>& fast) {
   const index_t rows = x.dim(0), in = x.dim(1), out = weight.dim(0);
   for (index_t row : {index_t{0}, rows / 2, rows - 1}) {
     for (index_t n = 0; n < out; ++n) {

@@ -211,7 +211,8 @@ TEST(Training, AnOptimizerTrainsBlocksAndSequentialsWithoutAParameterList) {
   }
 }
 
-// ---- hostile callers: docs/reliability.md rows 20–22 ----------------------------------------------
+// ---- hostile callers: docs/reliability.md rows 20–22
+// ----------------------------------------------
 
 TEST(HostileCallers, ParametersAndGradientsCannotBeReshapedOrReplaced) {  // row 20
   Linear<float> layer(4, 3);
@@ -240,10 +241,10 @@ TEST(HostileCallers, BuffersThatAliasTheLayerAreRefusedByName) {  // row 21
   const auto before = snapshot(square.weight());
   EXPECT_THROW_WITH(square.forward_into(x, square.weight()), ShapeError,
                     "forward_into: output y [4, 4] aliases the layer's weight [4, 4]");
-  EXPECT_THROW_WITH(square.forward_into(x.view().flatten().reshape(Shape<1>{-1}).reshape(
-                                            Shape<2>{4, 4}),
-                                        square.weight_grad()),
-                    ShapeError, "aliases the layer's weight_grad");
+  EXPECT_THROW_WITH(
+      square.forward_into(x.view().flatten().reshape(Shape<1>{-1}).reshape(Shape<2>{4, 4}),
+                          square.weight_grad()),
+      ShapeError, "aliases the layer's weight_grad");
   EXPECT_THROW_WITH(square.backward_into(x, dy, square.weight_grad()), ShapeError,
                     "dx [4, 4] aliases the layer's weight_grad [4, 4]");
   EXPECT_THROW_WITH(square.backward_into(x, dy, square.weight()), ShapeError,
@@ -281,13 +282,13 @@ TEST(HostileCallers, EnumsFromOutsideTheirRangeAreConfigErrors) {  // row 23
                     "FeedForward: Activation 7");
   Tensor<float, 2> w({2, 2});
   Generator generator(1);
-  EXPECT_THROW_WITH(init_linear<float>(w.view(), std::nullopt, static_cast<InitScheme>(-1),
-                                       generator),
-                    ConfigError, "init_linear: InitScheme -1");
+  EXPECT_THROW_WITH(
+      init_linear<float>(w.view(), std::nullopt, static_cast<InitScheme>(-1), generator),
+      ConfigError, "init_linear: InitScheme -1");
 }
 
 TEST(HostileCallers, FusedQkvWidthThatOverflowsIsAnOverflowError) {  // row 16
-  const index_t huge = index_t{1} << 62;  // 3·2⁶² leaves int64
+  const index_t huge = index_t{1} << 62;                             // 3·2⁶² leaves int64
   EXPECT_THROW_WITH(QKVProjection<float>(huge, 1), OverflowError,
                     "QKVProjection: (H + 2·H_kv)·d_k: overflows int64");
 }

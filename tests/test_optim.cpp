@@ -459,8 +459,7 @@ TEST(OptimErrors, OverlappingBuffersAreRefusedWithNames) {
   // A gradient that is (part of) its own value.
   using View = TensorView<float, 1>;
   EXPECT_THROW_WITH(Adam<float>({{"self", View(p.data(), {2}), View(p.data() + 1, {2})}}, {}),
-                    Error,
-                    "the value of parameter 0 (\"self\") overlaps the grad of parameter 0");
+                    Error, "the value of parameter 0 (\"self\") overlaps the grad of parameter 0");
 }
 
 TEST(OptimErrors, MalformedReferences) {

@@ -129,3 +129,72 @@ TEST(Tensor, PrintsShapeAndTruncatedValues) {
 
 }  // namespace
 }  // namespace dissect
+
+namespace dissect {
+namespace {
+
+// ---- views and the hostile-caller fixes (docs/reliability.md rows 9, 10, 20 and class 7) ------
+
+TEST(TensorView, ReshapeAndFlattenNeverCopyAndInferOneExtent) {
+  Tensor<float, 3> t({2, 3, 4});
+  for (index_t i = 0; i < t.size(); ++i) t.data()[i] = float(i);
+  const auto flat = t.view().flatten();
+  EXPECT_EQ(flat.data(), t.data());
+  EXPECT_EQ(flat.shape(), (Shape<1>{24}));
+  const auto rows = t.view().reshape(Shape<2>{-1, 4});
+  EXPECT_EQ(rows.shape(), (Shape<2>{6, 4}));
+  EXPECT_EQ(rows.data(), t.data());
+  EXPECT_EQ(rows(5, 3), 23.0f);
+  rows(0, 1) = -1;  // values are shared
+  EXPECT_EQ(t(0, 0, 1), -1.0f);
+  EXPECT_EQ(t.cview().reshape(Shape<3>{4, -1, 2}).shape(), (Shape<3>{4, 3, 2}));
+  EXPECT_THROW_WITH(t.view().reshape(Shape<2>{-1, 5}), ShapeError,
+                    "cannot infer the -1 of [-1, 5] for shape [2, 3, 4] (24 elements)");
+  EXPECT_THROW_WITH(t.view().reshape(Shape<2>{-1, -1}), ShapeError, "only one -1 may be inferred");
+  EXPECT_THROW_WITH(t.view().reshape(Shape<2>{5, 5}), ShapeError,
+                    "cannot view shape [2, 3, 4] (24 elements) as [5, 5] (25 elements)");
+  EXPECT_EQ(t.view().matrix().rows(), 6);
+  const auto owned = std::move(t).reshape(Shape<2>{-1, 12});
+  EXPECT_EQ(owned.shape(), (Shape<2>{2, 12}));
+}
+
+TEST(TensorView, ReshapeOfAnLvalueChecksBeforeAllocating) {  // row 9: never bad_alloc
+  const Tensor<double, 1> small({4});
+  EXPECT_THROW_WITH(small.reshape(Shape<2>{index_t{1} << 40, index_t{1} << 20}), ShapeError,
+                    "Tensor::reshape: cannot view shape [4]");
+  EXPECT_THROW_WITH(small.reshape(Shape<2>{index_t{1} << 40, index_t{1} << 40}), OverflowError,
+                    "overflows int64");
+}
+
+TEST(TensorView, DimOutOfRangeIsTheLibrarysError) {  // row 10: not std::out_of_range
+  Tensor<float, 2> t({2, 3});
+  EXPECT_THROW_WITH(t.dim(2), Error, "dim: axis 2 is out of range for shape [2, 3] (rank 2)");
+  EXPECT_THROW_WITH(t.view().dim(7), Error, "axis 7 is out of range");
+}
+
+TEST(TensorView, ViewsHaveFixedShapesAndCheckCopies) {  // row 20
+  Tensor<float, 2> t({2, 2});
+  auto v = t.view();
+  static_assert(!std::is_assignable_v<decltype(v.shape()), Shape<2>>);
+  EXPECT_THROW_WITH(v.copy_from(Tensor<float, 2>({3, 2})), ShapeError,
+                    "source has shape [3, 2] but the view has shape [2, 2]");
+  v.copy_from(Tensor<float, 2>({2, 2}, {1, 2, 3, 4}));
+  EXPECT_EQ(t(1, 1), 4.0f);
+  v.copy_from(v);  // overlapping source: memmove, values unchanged
+  EXPECT_EQ(t(1, 0), 3.0f);
+  EXPECT_THROW_WITH((TensorView<float, 1>(nullptr, {3})), Error, "null data for shape [3]");
+  static_assert(!std::is_constructible_v<TensorView<float, 2>, const Tensor<float, 2>&>);
+}
+
+TEST(Tensor, AllcloseTreatsEqualInfinitiesAsClose) {  // as torch.allclose
+  const float inf = std::numeric_limits<float>::infinity();
+  const Tensor<float, 1> a({3}, {inf, -inf, 1}), b({3}, {inf, -inf, 1});
+  EXPECT_TRUE(allclose(a, b));
+  EXPECT_FALSE(allclose(a, Tensor<float, 1>({3}, {-inf, -inf, 1})));
+  EXPECT_FALSE(allclose(a, Tensor<float, 1>({3}, {1e30f, -inf, 1})));
+  const Tensor<float, 1> nan({1}, {std::numeric_limits<float>::quiet_NaN()});
+  EXPECT_FALSE(allclose(nan, nan));
+}
+
+}  // namespace
+}  // namespace dissect

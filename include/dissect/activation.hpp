@@ -51,8 +51,7 @@ void activate_into(const X& x, Y&& y, Activation activation);
 /// x: [...], dy: [...] → dx: [...], dx = f'(x)·dy elementwise.
 /// @throws ShapeError if dy's shape differs from x's.
 template <TensorLike X, TensorLike DY>
-Tensor<scalar_of<X>, rank_of<X>> activate_backward(const X& x, const DY& dy,
-                                                   Activation activation);
+Tensor<scalar_of<X>, rank_of<X>> activate_backward(const X& x, const DY& dy, Activation activation);
 
 /// As activate_backward, into dx: [...]. dx may be dy (or x) itself: in place.
 /// @throws ShapeError if dy's or dx's shape differs from x's (dx untouched).
@@ -81,10 +80,10 @@ struct ActivationModule {
   }
   /// ReLU only: dx from y = relu(x), since y > 0 exactly where x > 0 (and NaN where x is NaN).
   template <TensorLike Y, TensorLike DY>
-    requires(A == Activation::relu)
-  Tensor<scalar_of<Y>, rank_of<Y>> backward_from_output(const Y& y, const DY& dy) const {
-    return activate_backward(y, dy, A);
-  }
+  requires(A ==
+           Activation::relu) Tensor<scalar_of<Y>, rank_of<Y>> backward_from_output(const Y& y,
+                                                                                   const DY& dy)
+  const { return activate_backward(y, dy, A); }
   template <std::size_t Rank>
   Shape<Rank> output_shape(const Shape<Rank>& x_shape) const {
     return x_shape;

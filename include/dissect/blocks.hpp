@@ -14,11 +14,11 @@
 
 #include "dissect/activation.hpp"
 #include "dissect/config.hpp"
-#include "dissect/module.hpp"
 #include "dissect/detail/heads.hpp"
 #include "dissect/error.hpp"
 #include "dissect/init.hpp"
 #include "dissect/linear.hpp"
+#include "dissect/module.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
 
@@ -343,7 +343,6 @@ void forward_into_cache(const Linear<Scalar>& layer, ConstTensorView<Scalar, 3> 
 
 inline constexpr std::string_view cache_hint = " (fill the cache with forward(x, cache))";
 
-
 }  // namespace detail
 
 // ---- QKVProjection ------------------------------------------------------------------------------
@@ -552,7 +551,8 @@ Tensor<Scalar, 3> GatedFeedForward<Scalar>::forward(ConstTensorView<Scalar, 3> x
 }
 
 template <class Scalar>
-Tensor<Scalar, 3> GatedFeedForward<Scalar>::backward(ConstTensorView<Scalar, 3> x, const Cache& cache,
+Tensor<Scalar, 3> GatedFeedForward<Scalar>::backward(ConstTensorView<Scalar, 3> x,
+                                                     const Cache& cache,
                                                      ConstTensorView<Scalar, 3> dy) {
   const char* op = "GatedFeedForward::backward";
   check_input(op, x);

@@ -140,7 +140,8 @@ inline InitScheme check_init_scheme(const char* op, InitScheme scheme) {
 template <WritableTensor X>
 void fill_uniform(X&& tensor, double low, double high, Generator& generator) {
   using Scalar = scalar_of<X>;
-  for (Scalar& value : writable_view(tensor)) value = static_cast<Scalar>(generator.uniform(low, high));
+  for (Scalar& value : writable_view(tensor))
+    value = static_cast<Scalar>(generator.uniform(low, high));
 }
 
 template <WritableTensor X>

@@ -2,10 +2,10 @@
 //
 // The layer owns its parameters and their gradients and hands out fixed-shape views of them
 // (a module: see module.hpp). It checks every shape and every alias with its own buffers at the
-// boundary, in every build mode, and then folds all leading axes of x into one matrix so that a whole batch
-// of sequences is a single GEMM in kernels.hpp. backward() adds into the gradients until
-// zero_grad(), as PyTorch does. forward() is const and keeps no state: one layer may serve any
-// number of threads at once (concurrent backward() into the same gradients is not safe).
+// boundary, in every build mode, and then folds all leading axes of x into one matrix so that a
+// whole batch of sequences is a single GEMM in kernels.hpp. backward() adds into the gradients
+// until zero_grad(), as PyTorch does. forward() is const and keeps no state: one layer may serve
+// any number of threads at once (concurrent backward() into the same gradients is not safe).
 #pragma once
 
 #include <cstdint>
@@ -238,10 +238,10 @@ ConstTensorView<Scalar, 1> Linear<Scalar>::bias_grad() const {
 template <class Scalar>
 void Linear<Scalar>::set_weight(ConstTensorView<Scalar, 2> weight) {
   if (weight.shape() != weight_.shape()) {
-    throw ShapeError(detail::concat("Linear::set_weight: weight must be [out_features, "
-                                    "in_features] = [",
-                                    out_features_, ", ", in_features_, "], got ",
-                                    format_shape(weight.shape())));
+    throw ShapeError(
+        detail::concat("Linear::set_weight: weight must be [out_features, "
+                       "in_features] = [",
+                       out_features_, ", ", in_features_, "], got ", format_shape(weight.shape())));
   }
   weight_.view().copy_from(weight);
 }
@@ -291,9 +291,8 @@ template <std::size_t Rank>
 void Linear<Scalar>::check_input(const char* op, const ConstTensorView<Scalar, Rank>& x) const {
   if (x.shape()[Rank - 1] != in_features_) {
     throw ShapeError(detail::concat(
-        "Linear::", op, ": input last dim ", x.shape()[Rank - 1], " != in_features ",
-        in_features_, " (x: ", format_shape(x.shape()), ", weight: ",
-        format_shape(weight_.shape()), ")"));
+        "Linear::", op, ": input last dim ", x.shape()[Rank - 1], " != in_features ", in_features_,
+        " (x: ", format_shape(x.shape()), ", weight: ", format_shape(weight_.shape()), ")"));
   }
 }
 
@@ -355,15 +354,14 @@ void Linear<Scalar>::forward_into(const X& x, Y&& y) const {
   const auto output = writable_view(y);
   check_input("forward_into", input);
   if (output.shape() != output_shape(input.shape())) {
-    throw ShapeError(detail::concat("Linear::forward_into: output has shape ",
-                                    format_shape(output.shape()), " but x ",
-                                    format_shape(input.shape()), " gives ",
-                                    format_shape(output_shape(input.shape()))));
+    throw ShapeError(detail::concat(
+        "Linear::forward_into: output has shape ", format_shape(output.shape()), " but x ",
+        format_shape(input.shape()), " gives ", format_shape(output_shape(input.shape()))));
   }
   if (output.overlaps(input)) {
-    throw ShapeError(detail::concat("Linear::forward_into: output aliases input (x: ",
-                                    format_shape(input.shape()),
-                                    ", y: ", format_shape(output.shape()), ")"));
+    throw ShapeError(detail::concat(
+        "Linear::forward_into: output aliases input (x: ", format_shape(input.shape()),
+        ", y: ", format_shape(output.shape()), ")"));
   }
   check_not_own_buffer("forward_into", "output y", decltype(input)(output), true);
   linear_forward<Scalar>(input.matrix(), weight_.matrix(), bias_map(), output.matrix());
@@ -403,9 +401,9 @@ void Linear<Scalar>::backward_checked(const char* op, const ConstTensorView<Scal
                                     " but x has shape ", format_shape(x.shape())));
   }
   if (dx.overlaps(x) || dx.overlaps(dy)) {
-    throw ShapeError(detail::concat("Linear::", op, ": dx aliases an input (x: ",
-                                    format_shape(x.shape()), ", dy: ", format_shape(dy.shape()),
-                                    ")"));
+    throw ShapeError(detail::concat("Linear::", op,
+                                    ": dx aliases an input (x: ", format_shape(x.shape()),
+                                    ", dy: ", format_shape(dy.shape()), ")"));
   }
   check_not_own_buffer(op, "dx", ConstTensorView<Scalar, Rank>(dx), true);
   linear_backward<Scalar>(x.matrix(), weight_.cview().matrix(), dy.matrix(), dx.matrix(),

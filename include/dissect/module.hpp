@@ -176,7 +176,9 @@ inline std::string_view index_name(std::size_t index) {
 namespace detail {
 
 template <class Layer>
-concept HasScalar = requires { typename Layer::scalar_type; };
+concept HasScalar = requires {
+  typename Layer::scalar_type;
+};
 
 template <class... Layers>
 struct first_scalar {
@@ -187,14 +189,16 @@ struct first_scalar<First, Rest...> {
   using type = typename first_scalar<Rest...>::type;
 };
 template <class First, class... Rest>
-  requires HasScalar<First>
+requires HasScalar<First>
 struct first_scalar<First, Rest...> {
   using type = typename First::scalar_type;
 };
 
 /// A layer with its own training cache (FeedForward, GatedFeedForward): forward(x, cache).
 template <class Layer>
-concept HasCache = requires { typename Layer::Cache; };
+concept HasCache = requires {
+  typename Layer::Cache;
+};
 template <class Layer>
 struct layer_cache {
   struct type {};
@@ -212,7 +216,9 @@ concept ForwardsInto = requires(const Layer& layer, ConstTensorView<Scalar, Rank
 };
 template <class Layer, class Scalar, std::size_t Rank>
 concept BackwardsInto = requires(Layer& layer, ConstTensorView<Scalar, Rank> x,
-                                 TensorView<Scalar, Rank> dx) { layer.backward_into(x, x, dx); };
+                                 TensorView<Scalar, Rank> dx) {
+  layer.backward_into(x, x, dx);
+};
 template <class Layer, class Scalar, std::size_t Rank>
 concept HasBackwardParameters = requires(Layer& layer, ConstTensorView<Scalar, Rank> x) {
   layer.backward_parameters(x, x);
@@ -234,8 +240,9 @@ class Sequential : public ParameterMethods<Sequential<Layers...>> {
 
  public:
   using scalar_type = typename detail::first_scalar<Layers...>::type;
-  static_assert(is_supported_scalar_v<scalar_type>,
-                "dissect::Sequential: at least one layer must have a scalar_type (float or double)");
+  static_assert(
+      is_supported_scalar_v<scalar_type>,
+      "dissect::Sequential: at least one layer must have a scalar_type (float or double)");
   static constexpr std::size_t size = sizeof...(Layers);
 
   /// What backward needs from forward(x, cache); reusable across steps.

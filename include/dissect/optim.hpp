@@ -11,8 +11,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <optional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -273,8 +273,7 @@ Optimizer<Scalar>::Optimizer(const char* name, std::vector<ParameterRef<Scalar>>
     const auto& p = parameters_[i];
     if (p.grad.size() != p.value.size()) {
       throw ShapeError(detail::concat(name_, ": ", detail::describe_parameter(i, p), " has ",
-                                      p.value.size(), " values but ", p.grad.size(),
-                                      " gradients"));
+                                      p.value.size(), " values but ", p.grad.size(), " gradients"));
     }
     if (p.size() == 0) continue;
     ranges.push_back({p.value.data(), p.value.end(), i, "value"});

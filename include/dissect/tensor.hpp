@@ -56,7 +56,6 @@ class TensorView;
 template <class Scalar, std::size_t Rank>
 using ConstTensorView = TensorView<const Scalar, Rank>;
 
-
 namespace detail {
 /// Frees what Tensor allocates with 64-byte alignment; one type for every rank, so a reshape
 /// can hand the buffer from one rank to another.
@@ -82,7 +81,8 @@ bool allclose(const Tensor<Scalar, Rank>& a, const Tensor<Scalar, Rank>& b, doub
 template <class Scalar, std::size_t Rank>
 std::ostream& operator<<(std::ostream& out, const Tensor<Scalar, Rank>& tensor);
 
-// ---- shape helpers shared by Tensor and TensorView -----------------------------------------------
+// ---- shape helpers shared by Tensor and TensorView
+// -----------------------------------------------
 
 namespace detail {
 
@@ -175,15 +175,15 @@ class TensorView {
 
   /// A writable view converts to a read-only one.
   template <class U>
-    requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
-  TensorView(const TensorView<U, Rank>& other)  // NOLINT: implicit, as T* → const T*
+  requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
+      TensorView(const TensorView<U, Rank>& other)  // NOLINT: implicit, as T* → const T*
       : data_(other.data()), shape_(other.shape()), size_(other.size()) {}
 
   /// The whole of a tensor (read-only views also bind to const tensors and temporaries).
   TensorView(Tensor<scalar_type, Rank>& tensor)  // NOLINT: implicit, as std::span
       : data_(tensor.data()), shape_(tensor.shape()), size_(tensor.size()) {}
   TensorView(const Tensor<scalar_type, Rank>& tensor)  // NOLINT: implicit, as std::span
-    requires(!writable)
+      requires(!writable)
       : data_(tensor.data()), shape_(tensor.shape()), size_(tensor.size()) {}
 
   const Shape<Rank>& shape() const { return shape_; }
@@ -230,17 +230,11 @@ class TensorView {
     return Map(data_, size_);
   }
 
-  void fill(scalar_type value) const
-    requires writable
-  {
-    std::fill_n(data_, size_, value);
-  }
+  void fill(scalar_type value) const requires writable { std::fill_n(data_, size_, value); }
 
   /// Copies `source`'s values in (it may overlap this view). Shape and address stay.
   /// @throws ShapeError naming both shapes if they differ.
-  void copy_from(const TensorView<const scalar_type, Rank>& source) const
-    requires writable
-  {
+  void copy_from(const TensorView<const scalar_type, Rank>& source) const requires writable {
     if (source.shape() != shape_) {
       throw ShapeError(detail::concat("TensorView::copy_from: source has shape ",
                                       format_shape(source.shape()), " but the view has shape ",
@@ -284,9 +278,10 @@ class TensorView {
   index_t size_ = 0;
 };
 
-// ---- tensor-like arguments ------------------------------------------------------------------------
-// Rank-generic functions (Linear::forward, activations) take any Tensor or TensorView; these name
-// its scalar and rank and turn it into a view, so each such function has one implementation.
+// ---- tensor-like arguments
+// ------------------------------------------------------------------------ Rank-generic functions
+// (Linear::forward, activations) take any Tensor or TensorView; these name its scalar and rank and
+// turn it into a view, so each such function has one implementation.
 
 template <class X>
 struct tensor_traits {};
@@ -305,7 +300,9 @@ struct tensor_traits<TensorView<T, Rank>> {
 
 /// A Tensor or a TensorView (of any constness, by value or reference).
 template <class X>
-concept TensorLike = requires { tensor_traits<std::remove_cvref_t<X>>::rank; };
+concept TensorLike = requires {
+  tensor_traits<std::remove_cvref_t<X>>::rank;
+};
 
 template <TensorLike X>
 using scalar_of = typename tensor_traits<std::remove_cvref_t<X>>::scalar_type;
@@ -313,9 +310,9 @@ template <TensorLike X>
 inline constexpr std::size_t rank_of = tensor_traits<std::remove_cvref_t<X>>::rank;
 /// A non-const Tensor lvalue or a writable view: something an output can be written into.
 template <class X>
-concept WritableTensor =
-    TensorLike<X> && tensor_traits<std::remove_cvref_t<X>>::writable &&
-    (!std::is_const_v<std::remove_reference_t<X>> || requires { std::remove_cvref_t<X>::writable; });
+concept WritableTensor = TensorLike<X> && tensor_traits<std::remove_cvref_t<X>>::writable &&
+    (!std::is_const_v<std::remove_reference_t<X>> ||
+     requires { std::remove_cvref_t<X>::writable; });
 
 /// A read-only view of any tensor-like argument.
 template <TensorLike X>
@@ -559,6 +556,7 @@ bool allclose(const TensorView<A, Rank>& a, const TensorView<B, Rank>& b, double
     const double x = a.data()[i];
     const double y = b.data()[i];
     if (x == y) continue;  // equal infinities are close; |∞ − ∞| would be NaN
+    if (std::isinf(x) || std::isinf(y)) return false;  // rtol·∞ would call anything close to ∞
     if (!(std::abs(x - y) <= atol + rtol * std::abs(y))) return false;
   }
   return true;

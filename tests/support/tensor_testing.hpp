@@ -76,10 +76,9 @@ std::string index_of(const Shape<Rank>& shape, index_t offset) {
 /// Compares elementwise against a per-element bound: |actual − expected| <= bound (+ tiny).
 /// On failure prints the shape, the first mismatches with their indices, and maxdiff.
 template <TensorLike A, TensorLike B, TensorLike C>
-  requires(rank_of<A> == rank_of<B> && rank_of<B> == rank_of<C>)
-::testing::AssertionResult tensors_within(const char* actual_expr, const char* expected_expr,
-                                          const char*, const A& actual_tensor,
-                                          const B& expected_tensor, const C& bound_tensor) {
+requires(rank_of<A> == rank_of<B> && rank_of<B> == rank_of<C>)::testing::AssertionResult
+    tensors_within(const char* actual_expr, const char* expected_expr, const char*,
+                   const A& actual_tensor, const B& expected_tensor, const C& bound_tensor) {
   const auto actual = const_view(actual_tensor);
   const auto expected = const_view(expected_tensor);
   const auto bound = const_view(bound_tensor);
@@ -113,10 +112,9 @@ template <TensorLike A, TensorLike B, TensorLike C>
 
 /// |actual − expected| <= atol + rtol·|expected|, with the same report as above.
 template <TensorLike A, TensorLike B>
-  requires(rank_of<A> == rank_of<B>)
-::testing::AssertionResult tensors_near(const char* actual_expr, const char* expected_expr,
-                                        const char*, const char*, const A& actual,
-                                        const B& expected_tensor, double rtol, double atol) {
+requires(rank_of<A> == rank_of<B>)::testing::AssertionResult
+    tensors_near(const char* actual_expr, const char* expected_expr, const char*, const char*,
+                 const A& actual, const B& expected_tensor, double rtol, double atol) {
   const auto expected = const_view(expected_tensor);
   Tensor<double, rank_of<B>> bound(expected.shape());
   for (index_t i = 0; i < bound.size(); ++i) {
