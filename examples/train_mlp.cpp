@@ -352,9 +352,9 @@ Evaluation evaluate(const Mlp& model, const dissect::examples::ImageSet& set,
     gather_batch(set, order, first, table, w);
     model.forward(w);
     const auto& logits = w.acts.back();
-    loss_sum += static_cast<double>(dissect::cross_entropy<float>(logits, w.targets)) *
+    loss_sum += static_cast<double>(dissect::cross_entropy(logits, w.targets)) *
                 static_cast<double>(w.batch());
-    correct += dissect::count_correct<float>(logits, w.targets);
+    correct += dissect::count_correct(logits, w.targets);
   }
   const auto count = static_cast<double>(set.count);
   return {loss_sum / count, 100.0 * static_cast<double>(correct) / count};
@@ -469,9 +469,9 @@ int run(const Flags& flags) {
       gather_batch(data.train, order, first, table, w);
       optimizer->zero_grad();
       model.forward(w);
-      correct += dissect::count_correct<float>(w.acts.back(), w.targets);
+      correct += dissect::count_correct(w.acts.back(), w.targets);
       const float loss =
-          dissect::cross_entropy_forward_backward<float>(w.acts.back(), w.targets, w.grads.back());
+          dissect::cross_entropy_forward_backward(w.acts.back(), w.targets, w.grads.back());
       model.backward(w);
       optimizer->step();
       loss_sum += static_cast<double>(loss) * static_cast<double>(w.batch());

@@ -22,68 +22,73 @@ namespace dissect {
 // ---- declarations -------------------------------------------------------------------------------
 
 /// logits: [..., C] → [..., C]: exp(x − max) / Σ exp(x − max) along the last axis.
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> softmax(const Tensor<Scalar, Rank>& logits);
+template <TensorLike L, class Scalar = scalar_of<L>, std::size_t Rank = rank_of<L>>
+Tensor<Scalar, Rank> softmax(const L& logits);
 
 /// As softmax, into `out` of the same shape; `out` may be `logits` itself (in place).
 /// @throws ShapeError if the shapes differ.
-template <class Scalar, std::size_t Rank>
-void softmax_into(const Tensor<Scalar, Rank>& logits, Tensor<Scalar, Rank>& out);
+template <TensorLike L, class Scalar = scalar_of<L>, std::size_t Rank = rank_of<L>, WritableTensor O>
+void softmax_into(const L& logits, O&& out);
 
 /// logits: [..., C] → [..., C]: x − max − log Σ exp(x − max) along the last axis.
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> log_softmax(const Tensor<Scalar, Rank>& logits);
+template <TensorLike L, class Scalar = scalar_of<L>, std::size_t Rank = rank_of<L>>
+Tensor<Scalar, Rank> log_softmax(const L& logits);
 
 /// As log_softmax, into `out` (same rules as softmax_into).
-template <class Scalar, std::size_t Rank>
-void log_softmax_into(const Tensor<Scalar, Rank>& logits, Tensor<Scalar, Rank>& out);
+template <TensorLike L, class Scalar = scalar_of<L>, std::size_t Rank = rank_of<L>, WritableTensor O>
+void log_softmax_into(const L& logits, O&& out);
 
 /// logits: [N, C], targets: [N] with values in [0, C) → mean over n of
 /// −log softmax(logits)[n, targets[n]] (torch.nn.CrossEntropyLoss, reduction "mean").
 /// N = 0 gives NaN, as in PyTorch. NaN or Inf in a row propagates to the loss.
 /// @throws ShapeError if targets.size() != N; Error naming the index if a target is outside
 ///         [0, C).
-template <class Scalar>
-Scalar cross_entropy(const Tensor<Scalar, 2>& logits, std::span<const index_t> targets);
+template <TensorLike L, class Scalar = scalar_of<L>>
+  requires(rank_of<L> == 2)
+Scalar cross_entropy(const L& logits, std::span<const index_t> targets);
 
 /// dlogits: [N, C] (overwritten) = grad_output · (softmax(logits) − onehot(targets)) / N.
 /// `dlogits` may be `logits` itself.
 /// @throws as cross_entropy, and ShapeError if dlogits is not [N, C]. Nothing is written when
 ///         it throws.
-template <class Scalar>
-void cross_entropy_backward_into(const Tensor<Scalar, 2>& logits, std::span<const index_t> targets,
-                                 Tensor<Scalar, 2>& dlogits,
+template <TensorLike L, class Scalar = scalar_of<L>, WritableTensor O>
+  requires(rank_of<L> == 2)
+void cross_entropy_backward_into(const L& logits, std::span<const index_t> targets,
+                                 O&& dlogits,
                                  std::type_identity_t<Scalar> grad_output = Scalar(1));
 
 /// As cross_entropy_backward_into, into a new tensor.
-template <class Scalar>
-Tensor<Scalar, 2> cross_entropy_backward(const Tensor<Scalar, 2>& logits,
+template <TensorLike L, class Scalar = scalar_of<L>>
+  requires(rank_of<L> == 2)
+Tensor<Scalar, 2> cross_entropy_backward(const L& logits,
                                          std::span<const index_t> targets,
                                          std::type_identity_t<Scalar> grad_output = Scalar(1));
 
 /// The loss (as cross_entropy) and its gradient (as cross_entropy_backward_into with
 /// grad_output 1) from one pass over the logits: what a training step calls.
-template <class Scalar>
-Scalar cross_entropy_forward_backward(const Tensor<Scalar, 2>& logits,
-                                      std::span<const index_t> targets, Tensor<Scalar, 2>& dlogits);
+template <TensorLike L, class Scalar = scalar_of<L>, WritableTensor O>
+  requires(rank_of<L> == 2)
+Scalar cross_entropy_forward_backward(const L& logits,
+                                      std::span<const index_t> targets, O&& dlogits);
 
 /// Index of the largest logit in each row ([N, C] → N indices); the first one on ties, like
 /// torch.argmax. A row holding NaN answers the first NaN. @throws ShapeError if C = 0 and N > 0.
-template <class Scalar>
-std::vector<index_t> argmax(const Tensor<Scalar, 2>& logits);
+template <TensorLike L, class Scalar = scalar_of<L>>
+  requires(rank_of<L> == 2)
+std::vector<index_t> argmax(const L& logits);
 
 /// How many rows of logits [N, C] have their argmax at targets[n] (no allocation).
 /// @throws ShapeError if targets.size() != N, or if C = 0 and N > 0.
-template <class Scalar>
-index_t count_correct(const Tensor<Scalar, 2>& logits, std::span<const index_t> targets);
+template <TensorLike L, class Scalar = scalar_of<L>>
+  requires(rank_of<L> == 2)
+index_t count_correct(const L& logits, std::span<const index_t> targets);
 
 // ---- implementation -----------------------------------------------------------------------------
 
 namespace detail {
 
-template <class Scalar, std::size_t Rank>
-void check_same_shape_output(const char* op, const Tensor<Scalar, Rank>& in,
-                             const Tensor<Scalar, Rank>& out, const char* in_name,
+template <class In, class Out>
+void check_same_shape_output(const char* op, const In& in, const Out& out, const char* in_name,
                              const char* out_name) {
   if (out.shape() != in.shape()) {
     throw ShapeError(concat(op, ": ", out_name, " has shape ", format_shape(out.shape()), " but ",
@@ -130,8 +135,8 @@ inline void check_targets(const char* op, const Shape<2>& logits_shape,
 
 /// The shared loop of the cross-entropy forms: per row, the loss term (accumulated in double so
 /// the mean of a large batch does not drift) and, when `dlogits` is given, scale·(p − onehot).
-template <class Scalar>
-double cross_entropy_rows(const Tensor<Scalar, 2>& logits, std::span<const index_t> targets,
+template <class Scalar, class L>
+double cross_entropy_rows(const L& logits, std::span<const index_t> targets,
                           Scalar* dlogits, Scalar scale) {
   const index_t rows = logits.dim(0), classes = logits.dim(1);
   double total = 0;
@@ -157,8 +162,8 @@ double cross_entropy_rows(const Tensor<Scalar, 2>& logits, std::span<const index
 
 }  // namespace detail
 
-template <class Scalar, std::size_t Rank>
-void softmax_into(const Tensor<Scalar, Rank>& logits, Tensor<Scalar, Rank>& out) {
+template <TensorLike L, class Scalar, std::size_t Rank, WritableTensor O>
+void softmax_into(const L& logits, O&& out) {
   detail::check_same_shape_output("softmax", logits, out, "logits", "out");
   const index_t rows = leading_count(logits.shape()), classes = logits.dim(Rank - 1);
   for (index_t n = 0; n < rows; ++n) {
@@ -169,15 +174,15 @@ void softmax_into(const Tensor<Scalar, Rank>& logits, Tensor<Scalar, Rank>& out)
   }
 }
 
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> softmax(const Tensor<Scalar, Rank>& logits) {
+template <TensorLike L, class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> softmax(const L& logits) {
   auto out = Tensor<Scalar, Rank>::uninitialized(logits.shape());
   softmax_into(logits, out);
   return out;
 }
 
-template <class Scalar, std::size_t Rank>
-void log_softmax_into(const Tensor<Scalar, Rank>& logits, Tensor<Scalar, Rank>& out) {
+template <TensorLike L, class Scalar, std::size_t Rank, WritableTensor O>
+void log_softmax_into(const L& logits, O&& out) {
   detail::check_same_shape_output("log_softmax", logits, out, "logits", "out");
   const index_t rows = leading_count(logits.shape()), classes = logits.dim(Rank - 1);
   for (index_t n = 0; n < rows; ++n) {
@@ -193,34 +198,37 @@ void log_softmax_into(const Tensor<Scalar, Rank>& logits, Tensor<Scalar, Rank>& 
   }
 }
 
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> log_softmax(const Tensor<Scalar, Rank>& logits) {
+template <TensorLike L, class Scalar, std::size_t Rank>
+Tensor<Scalar, Rank> log_softmax(const L& logits) {
   auto out = Tensor<Scalar, Rank>::uninitialized(logits.shape());
   log_softmax_into(logits, out);
   return out;
 }
 
-template <class Scalar>
-Scalar cross_entropy(const Tensor<Scalar, 2>& logits, std::span<const index_t> targets) {
+template <TensorLike L, class Scalar>
+  requires(rank_of<L> == 2)
+Scalar cross_entropy(const L& logits, std::span<const index_t> targets) {
   detail::check_targets("cross_entropy", logits.shape(), targets);
   const double total = detail::cross_entropy_rows<Scalar>(logits, targets, nullptr, Scalar(0));
   // 0/0 = NaN for an empty batch, which is what torch's mean reduction returns.
   return static_cast<Scalar>(total / static_cast<double>(logits.dim(0)));
 }
 
-template <class Scalar>
-void cross_entropy_backward_into(const Tensor<Scalar, 2>& logits, std::span<const index_t> targets,
-                                 Tensor<Scalar, 2>& dlogits,
+template <TensorLike L, class Scalar, WritableTensor O>
+  requires(rank_of<L> == 2)
+void cross_entropy_backward_into(const L& logits, std::span<const index_t> targets,
+                                 O&& dlogits,
                                  std::type_identity_t<Scalar> grad_output) {
   detail::check_targets("cross_entropy_backward", logits.shape(), targets);
   detail::check_same_shape_output("cross_entropy_backward", logits, dlogits, "logits", "dlogits");
   if (logits.dim(0) == 0) return;
   const Scalar scale = grad_output / static_cast<Scalar>(logits.dim(0));
-  detail::cross_entropy_rows(logits, targets, dlogits.data(), scale);
+  detail::cross_entropy_rows<Scalar>(logits, targets, dlogits.data(), scale);
 }
 
-template <class Scalar>
-Tensor<Scalar, 2> cross_entropy_backward(const Tensor<Scalar, 2>& logits,
+template <TensorLike L, class Scalar>
+  requires(rank_of<L> == 2)
+Tensor<Scalar, 2> cross_entropy_backward(const L& logits,
                                          std::span<const index_t> targets,
                                          std::type_identity_t<Scalar> grad_output) {
   auto dlogits = Tensor<Scalar, 2>::uninitialized(logits.shape());
@@ -228,17 +236,18 @@ Tensor<Scalar, 2> cross_entropy_backward(const Tensor<Scalar, 2>& logits,
   return dlogits;
 }
 
-template <class Scalar>
-Scalar cross_entropy_forward_backward(const Tensor<Scalar, 2>& logits,
+template <TensorLike L, class Scalar, WritableTensor O>
+  requires(rank_of<L> == 2)
+Scalar cross_entropy_forward_backward(const L& logits,
                                       std::span<const index_t> targets,
-                                      Tensor<Scalar, 2>& dlogits) {
+                                      O&& dlogits) {
   detail::check_targets("cross_entropy_forward_backward", logits.shape(), targets);
   detail::check_same_shape_output("cross_entropy_forward_backward", logits, dlogits, "logits",
                                   "dlogits");
   const index_t rows = logits.dim(0);
   if (rows == 0) return std::numeric_limits<Scalar>::quiet_NaN();
   const Scalar scale = Scalar(1) / static_cast<Scalar>(rows);
-  const double total = detail::cross_entropy_rows(logits, targets, dlogits.data(), scale);
+  const double total = detail::cross_entropy_rows<Scalar>(logits, targets, dlogits.data(), scale);
   return static_cast<Scalar>(total / static_cast<double>(rows));
 }
 
@@ -253,8 +262,8 @@ index_t row_argmax(const Scalar* x, index_t columns) {
   return best;
 }
 
-template <class Scalar>
-void check_argmax_input(const char* op, const Tensor<Scalar, 2>& logits) {
+template <class L>
+void check_argmax_input(const char* op, const L& logits) {
   if (logits.dim(1) == 0 && logits.dim(0) > 0) {
     throw ShapeError(
         concat(op, ": no classes to choose from (logits: ", format_shape(logits.shape()), ")"));
@@ -262,8 +271,9 @@ void check_argmax_input(const char* op, const Tensor<Scalar, 2>& logits) {
 }
 }  // namespace detail
 
-template <class Scalar>
-std::vector<index_t> argmax(const Tensor<Scalar, 2>& logits) {
+template <TensorLike L, class Scalar>
+  requires(rank_of<L> == 2)
+std::vector<index_t> argmax(const L& logits) {
   detail::check_argmax_input("argmax", logits);
   std::vector<index_t> result(static_cast<std::size_t>(logits.dim(0)));
   for (index_t n = 0; n < logits.dim(0); ++n) {
@@ -273,8 +283,9 @@ std::vector<index_t> argmax(const Tensor<Scalar, 2>& logits) {
   return result;
 }
 
-template <class Scalar>
-index_t count_correct(const Tensor<Scalar, 2>& logits, std::span<const index_t> targets) {
+template <TensorLike L, class Scalar>
+  requires(rank_of<L> == 2)
+index_t count_correct(const L& logits, std::span<const index_t> targets) {
   if (static_cast<index_t>(targets.size()) != logits.dim(0)) {
     throw ShapeError(detail::concat("count_correct: ", targets.size(), " targets for logits ",
                                     format_shape(logits.shape()), " (one per row expected)"));
