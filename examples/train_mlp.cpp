@@ -535,6 +535,9 @@ int main(int argc, char** argv) {
   } catch (const UsageError& error) {
     std::cerr << "train_mlp: " << error.what() << "\n(see train_mlp --help)\n";
     return 2;
+  } catch (const dissect::examples::DatasetError& error) {
+    std::cerr << "train_mlp: " << error.what() << "\n";
+    return 2;
   } catch (const dissect::Error& error) {
     std::cerr << "train_mlp: error: " << error.what() << "\n";
     return 2;
