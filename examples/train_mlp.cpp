@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -506,22 +507,25 @@ int run(const Flags& flags) {
 
   if (flags.svg != "none" && !flags.svg.empty()) {
     namespace ex = dissect::examples;
-    ex::Figure figure(1000, 420, 1, 2);
-    figure.title("train_mlp: MLP " + model_text + " on Fashion-MNIST, " + flags.optimizer);
-    figure.panel(0, 0)
-        .title("cross-entropy loss")
-        .xlabel("epoch")
-        .ylabel("loss")
-        .line(batch_x, batch_loss, {.label = "train (per batch)", .color = "#aec7e8", .width = 1})
-        .line(epoch_x, train_loss, {.label = "train (epoch mean)", .color = "#1f77b4"})
-        .line(epoch_x, test_loss, {.label = "test", .color = "#ff7f0e"});
-    figure.panel(0, 1)
-        .title("accuracy")
-        .xlabel("epoch")
-        .ylabel("accuracy (%)")
-        .line(epoch_x, train_acc, {.label = "train", .color = "#1f77b4"})
-        .line(epoch_x, test_acc, {.label = "test", .color = "#ff7f0e"});
-    figure.save(flags.svg);
+    const std::vector<ex::Panel> panels = {
+        {.title = "cross-entropy loss",
+         .xlabel = "epoch",
+         .ylabel = "loss",
+         .series = {ex::line(batch_x, batch_loss,
+                             {.label = "train (per batch)", .color = "#aec7e8", .width = 1}),
+                    ex::line(epoch_x, train_loss,
+                             {.label = "train (epoch mean)", .color = "#1f77b4"}),
+                    ex::line(epoch_x, test_loss, {.label = "test", .color = "#ff7f0e"})}},
+        {.title = "accuracy",
+         .xlabel = "epoch",
+         .ylabel = "accuracy (%)",
+         .series = {ex::line(epoch_x, train_acc, {.label = "train", .color = "#1f77b4"}),
+                    ex::line(epoch_x, test_acc, {.label = "test", .color = "#ff7f0e"})},
+         .legend_left = true}};
+    std::ofstream file(flags.svg, std::ios::binary);
+    file << ex::svg(panels, 1000, 420,
+                    "train_mlp: MLP " + model_text + " on Fashion-MNIST, " + flags.optimizer);
+    if (!file.flush()) throw std::runtime_error("cannot write '" + flags.svg + "'");
     std::cout << "wrote " << flags.svg << "\n";
   }
   return 0;
