@@ -23,6 +23,10 @@ using dissect::Tensor;
 
 namespace {
 
+constexpr const char* kDescription =
+    "linear_basics — a 1 → 1 dissect::Linear against the hand-written y = x·Wᵀ + b, and a "
+    "4 → 3 layer's gradients against central differences";
+
 /// y = x·Wᵀ + b as the formula reads, one dot product at a time.
 Tensor<double, 2> hand_written_linear(const Tensor<double, 2>& x, const Tensor<double, 2>& weight,
                                       const Tensor<double, 1>& bias) {
@@ -147,9 +151,5 @@ int run(dissect::examples::OutputFile& figure) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return dissect::examples::figure_example_main(
-      argc, argv, "linear_basics",
-      "linear_basics — a 1 → 1 dissect::Linear against the hand-written y = x·Wᵀ + b, and a "
-      "4 → 3 layer's gradients against central differences",
-      run);
+  return dissect::examples::figure_example_main(argc, argv, "linear_basics", kDescription, run);
 }

@@ -21,6 +21,10 @@ using dissect::Tensor;
 
 namespace {
 
+constexpr const char* kDescription =
+    "llm_linear_layers — random token embeddings through a Q projection and an FFN with "
+    "Kaiming-initialised weights: the feature scale at each step, checked against theory";
+
 double standard_deviation(const Tensor<float, 2>& t) {
   double sum = 0, sum_sq = 0;
   for (float v : t) sum += v, sum_sq += double(v) * v;
@@ -93,9 +97,5 @@ int run(dissect::examples::OutputFile& figure) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return dissect::examples::figure_example_main(
-      argc, argv, "llm_linear_layers",
-      "llm_linear_layers — random token embeddings through a Q projection and an FFN with "
-      "Kaiming-initialised weights: the feature scale at each step, checked against theory",
-      run);
+  return dissect::examples::figure_example_main(argc, argv, "llm_linear_layers", kDescription, run);
 }
