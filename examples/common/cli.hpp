@@ -16,11 +16,12 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 
 namespace dissect::examples {
 
-inline constexpr int kExitOk = 0, kExitFailure = 1, kExitBadInput = 2;
+inline constexpr int kExitFailure = 1, kExitBadInput = 2;
 
 /// The --help footer every example ends with.
 inline constexpr const char* kExitStatusHelp =
@@ -64,14 +65,6 @@ int run_program(std::string_view program, Body&& body) {
   }
 }
 
-class OutputFile;
-
-/// The main() of an example whose one flag is --svg (default `<name>.svg`): parses the command
-/// line, opens the figure's file before any work, and returns body(figure)'s status.
-template <class Body>
-int figure_example_main(int argc, char** argv, const char* name, const char* description,
-                        Body&& body);
-
 /// An output file given by a flag ("none" or empty: no file). The constructor checks that the
 /// path can be written by opening it to append, which creates it if missing but leaves an
 /// existing file intact: a bad path then fails at once, not after the whole run, and a run that
@@ -99,9 +92,10 @@ class OutputFile {
   bool enabled() const { return !path_.empty() && path_ != "none"; }
   const std::string& path() const { return path_; }
 
-  /// Replaces the file's contents with `text`. @throws std::runtime_error naming the path if the
-  /// write fails (a full disk, a path removed meanwhile).
+  /// Replaces the file's contents with `text` (nothing if not enabled()). @throws
+  /// std::runtime_error naming the path if the write fails (a full disk, a path removed since).
   void write(std::string_view text) {
+    if (!enabled()) return;
     std::ofstream file(path_, std::ios::binary | std::ios::trunc);
     file << text;
     file.close();
@@ -114,6 +108,8 @@ class OutputFile {
   bool created_ = false, written_ = false;
 };
 
+/// The main() of an example whose one flag is --svg (default `<name>.svg`): parses the command
+/// line, opens the figure's file before any work, and returns body(figure)'s status.
 template <class Body>
 int figure_example_main(int argc, char** argv, const char* name, const char* description,
                         Body&& body) {

@@ -136,7 +136,7 @@ class IdxReader {
 
   /// The next `count` bytes of data, or an error naming the file. The buffer grows as bytes
   /// arrive instead of being sized from the header up front, so a gzipped file whose header
-  /// promises more than it holds costs no more memory than what it does hold.
+  /// promises more than it holds costs at most 64 MiB beyond what it does hold.
   std::vector<std::uint8_t> read(std::int64_t count) {
     std::vector<std::uint8_t> out;
     out.reserve(static_cast<std::size_t>(std::min<std::int64_t>(count, std::int64_t{1} << 26)));
@@ -145,8 +145,7 @@ class IdxReader {
       const auto want = static_cast<unsigned>(
           std::min<std::int64_t>(count - static_cast<std::int64_t>(have), std::int64_t{1} << 24));
       out.resize(have + want);
-      const int got = gzread(file_.get(), out.data() + have, want);
-      if (got < 0) fail(std::string("corrupt compressed data (") + zlib_message() + ")");
+      const int got = read_some(out.data() + have, want);
       if (got == 0) {
         fail("ends after " + std::to_string(have) + " of the " + std::to_string(declared_) +
              " bytes of data its header declares (truncated?)");
@@ -160,9 +159,7 @@ class IdxReader {
   /// zlib verify the stream's CRC.
   void expect_end() {
     std::uint8_t extra = 0;
-    const int got = gzread(file_.get(), &extra, 1);
-    if (got < 0) fail(std::string("corrupt compressed data (") + zlib_message() + ")");
-    if (got > 0) {
+    if (read_some(&extra, 1) > 0) {
       fail("has more data than the " + std::to_string(declared_) +
            " bytes its header declares (wrong header?)");
     }
@@ -171,16 +168,19 @@ class IdxReader {
  private:
   std::uint32_t read_u32(const char* field) {
     std::array<std::uint8_t, 4> bytes{};
-    const int got = gzread(file_.get(), bytes.data(), 4);
-    if (got < 0) fail(std::string("corrupt compressed data (") + zlib_message() + ")");
-    if (got != 4) fail(std::string("ends inside the IDX header (") + field + ")");
+    if (read_some(bytes.data(), 4) != 4)
+      fail(std::string("ends inside the IDX header (") + field + ")");
     return std::uint32_t{bytes[0]} << 24 | std::uint32_t{bytes[1]} << 16 |
            std::uint32_t{bytes[2]} << 8 | std::uint32_t{bytes[3]};
   }
 
-  const char* zlib_message() const {
+  /// gzread: up to `count` bytes, fewer only at the end of the data; a corrupt stream is an
+  /// error with zlib's own words.
+  int read_some(void* out, unsigned count) {
+    const int got = gzread(file_.get(), out, count);
     int code = 0;
-    return gzerror(file_.get(), &code);
+    if (got < 0) fail(std::string("corrupt compressed data (") + gzerror(file_.get(), &code) + ")");
+    return got;
   }
 
   static std::string hex(std::uint32_t value) {

@@ -15,7 +15,6 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -60,11 +59,13 @@ struct Ticks {
 
 namespace detail {
 
-// A zero-width range (a constant series) still needs an axis; widen it around the value.
-inline std::pair<double, double> widen_if_flat(double lo, double hi) {
+// Makes [lo, hi] a range an axis can show: [0, 1] if a bound is not finite (no data), the
+// bounds in order, and a zero-width range (a constant series) widened around its value.
+inline void widen_if_flat(double& lo, double& hi) {
+  if (!std::isfinite(lo) || !std::isfinite(hi)) lo = 0, hi = 1;
   if (hi < lo) std::swap(lo, hi);
   const double scale = std::max(std::abs(lo), std::abs(hi)), d = scale > 0 ? 0.1 * scale : 1.0;
-  return hi - lo > 1e-12 * scale ? std::pair(lo, hi) : std::pair(lo - d, hi + d);
+  if (hi - lo <= 1e-12 * scale) lo -= d, hi += d;
 }
 
 /// Text made safe for XML content and attribute values: markup characters escaped, and the
@@ -149,8 +150,7 @@ inline double text_width(std::string_view s, double font_size) {
 /// Ticks at a 1-2-5 step giving about `target` of them inside [lo, hi] (bounds in either order;
 /// a zero-width range is widened around its value, a non-finite one replaced by [0, 1]).
 inline Ticks nice_ticks(double lo, double hi, int target = 5) {
-  if (!std::isfinite(lo) || !std::isfinite(hi)) lo = 0, hi = 1;
-  std::tie(lo, hi) = detail::widen_if_flat(lo, hi);
+  detail::widen_if_flat(lo, hi);
   target = std::max(target, 2);
   // Divided before subtracting so that ranges near ±DBL_MAX do not overflow; the 1-2-5 step
   // nearest in log space, so a raw step of 2.2 becomes 2 rather than 5.
@@ -196,7 +196,7 @@ inline std::vector<Series> histograms(const std::vector<std::span<const double>>
       if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
     }
   }
-  std::tie(lo, hi) = lo <= hi ? detail::widen_if_flat(lo, hi) : std::pair(0.0, 1.0);
+  detail::widen_if_flat(lo, hi);  // no finite value leaves lo = inf, hi = −inf: [0, 1]
   const auto edge = [&](int i) { return lo + (hi - lo) * i / bins; };
   std::vector<Series> out;
   for (std::size_t k = 0; k < samples.size(); ++k) {
@@ -225,6 +225,7 @@ inline void render(std::string& out, Panel panel, double cx, double cy, double c
   std::size_t next_color = 0;
   for (Series& s : panel.series) {
     if (s.style.color.empty()) s.style.color = kTab10[next_color++ % kTab10.size()];
+    if (s.xs.size() != s.ys.size()) line(s.xs, s.ys);  // throws: a Series built by hand
   }
   // Data limits grown by 5 % like matplotlib's margins, except below histograms: their
   // baseline, y = 0, sits on the axis.
@@ -235,10 +236,10 @@ inline void render(std::string& out, Panel panel, double cx, double cy, double c
         xs.push_back(s.xs[i]), ys.push_back(s.ys[i]);
     }
   }
-  const auto range = [](std::vector<double> v, bool keep_zero) {
-    if (v.empty()) v = {0, 1};
+  const auto range = [](const std::vector<double>& v, bool keep_zero) {
     const auto [min, max] = std::minmax_element(v.begin(), v.end());
-    const auto [lo, hi] = widen_if_flat(*min, *max);
+    double lo = v.empty() ? NAN : *min, hi = v.empty() ? NAN : *max;
+    widen_if_flat(lo, hi);
     return std::pair(keep_zero ? lo : lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo));
   };
   const bool baseline = std::any_of(panel.series.begin(), panel.series.end(),

@@ -326,6 +326,7 @@ TEST(SvgPlot, LegendGoesToTheCornerAsked) {
 TEST(SvgPlot, BadArgumentsThrow) {
   const std::vector<double> two = {1, 2}, three = {1, 2, 3};
   EXPECT_THROW(line(two, three), std::invalid_argument);
+  EXPECT_THROW(one_panel({Series{.xs = two, .ys = three}}), std::invalid_argument);
   EXPECT_THROW(svg(std::vector<Panel>{}, 400, 300), std::invalid_argument);
   EXPECT_THROW(svg(std::vector<Panel>(1), 0, 100), std::invalid_argument);
 }
