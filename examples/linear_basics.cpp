@@ -2,17 +2,19 @@
 //
 // Build a layer, run a hand-written y = x·Wᵀ + b with the very same weights, and print the
 // difference (0). Then run backward and check each gradient against central differences. The
-// article's figure is drawn to linear_basics.svg (or the path given with --svg): the transform
-// as a line plot beside the histograms of the input and output distributions.
+// article's figure is drawn to linear_basics.svg (or the path given with --svg, "none" for no
+// figure): the transform as a line plot beside the histograms of the input and output
+// distributions.
 #include <dissect/dissect.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <iostream>
-#include <string_view>
+#include <string>
 #include <vector>
 
+#include "common/cli.hpp"
 #include "common/svg_plot.hpp"
 
 using dissect::index_t;
@@ -20,6 +22,10 @@ using dissect::Linear;
 using dissect::Tensor;
 
 namespace {
+
+constexpr const char* kDescription =
+    "linear_basics — a 1 → 1 dissect::Linear against the hand-written y = x·Wᵀ + b, and a "
+    "4 → 3 layer's gradients against central differences";
 
 /// y = x·Wᵀ + b as the formula reads, one dot product at a time.
 Tensor<double, 2> hand_written_linear(const Tensor<double, 2>& x,
@@ -80,39 +86,28 @@ std::vector<double> column(const Tensor<double, 2>& t) {
 
 /// Left: x against the hand-written layer and dissect::Linear (one line over the other).
 /// Right: how the layer moves and stretches the distribution of values.
-void draw_figure(const Tensor<double, 2>& x, const Tensor<double, 2>& y_by_hand,
-                 const Tensor<double, 2>& y, const std::string& path) {
+std::string draw_figure(const Tensor<double, 2>& x, const Tensor<double, 2>& y_by_hand,
+                        const Tensor<double, 2>& y) {
   namespace ex = dissect::examples;
   const auto xs = column(x), hand = column(y_by_hand), ours = column(y);
-  ex::Figure figure(1100, 420, 1, 2);
-  figure.panel(0, 0)
-      .title("Linear transform: input → output")
-      .xlabel("input feature x")
-      .ylabel("output feature y")
-      .line(xs, xs, {.label = "input x (identity)", .width = 3})
-      .line(xs, hand, {.label = "hand-written x·Wᵀ + b", .width = 2})
-      .line(xs, ours, {.label = "dissect::Linear", .width = 2, .dash = "6 4"});
-  figure.panel(0, 1)
-      .title("Distribution before and after the layer")
-      .xlabel("feature value")
-      .ylabel("count")
-      .histogram({xs, ours}, 30, {{.label = "input x"}, {.label = "output y = Linear(x)"}});
-  figure.save(path);
+  const std::vector<ex::Panel> panels = {
+      {.title = "Linear transform: input → output",
+       .xlabel = "input feature x",
+       .ylabel = "output feature y",
+       .series = {ex::line(xs, xs, {.label = "input x (identity)", .width = 3}),
+                  ex::line(xs, hand, {.label = "hand-written x·Wᵀ + b", .width = 2}),
+                  ex::line(xs, ours, {.label = "dissect::Linear", .width = 2, .dash = "6 4"})},
+       .legend_left = true},
+      {.title = "Distribution before and after the layer",
+       .xlabel = "feature value",
+       .ylabel = "count",
+       .series = ex::histograms({xs, ours}, 30,
+                                {{.label = "input x"}, {.label = "output y = Linear(x)"}}),
+       .legend_left = true}};
+  return ex::svg(panels, 1100, 420);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::string svg_path = "linear_basics.svg";
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--svg" && i + 1 < argc) {
-      svg_path = argv[++i];
-    } else {
-      std::cerr << "usage: linear_basics [--svg PATH]\n";
-      return 2;
-    }
-  }
-
+int run(dissect::examples::OutputFile& figure) {
   // The article's demo: one feature in, one out, x = linspace(−5, 5, 100), Kaiming init.
   Linear<double> layer(1, 1, {.init = dissect::InitScheme::kaiming_normal, .seed = 2024});
   layer.bias().fill(0.5);  // a visible offset (the article's bias starts at 0)
@@ -126,8 +121,10 @@ int main(int argc, char** argv) {
             << dissect::format_shape(y.shape()) << "\n";
   std::cout << "max |hand-written - dissect::Linear| = " << max_abs_difference(y, y_by_hand)
             << "\n";
-  draw_figure(x, y_by_hand, y, svg_path);
-  std::cout << "figure written to " << svg_path << "\n";
+  if (figure.enabled()) {
+    figure.write(draw_figure(x, y_by_hand, y));
+    std::cout << "figure written to " << figure.path() << "\n";
+  }
 
   // Backward on a wider layer, so the gradient shapes say something.
   Linear<double> wide(4, 3, {.seed = 7});
@@ -156,4 +153,10 @@ int main(int argc, char** argv) {
       max_abs_difference(y, y_by_hand) == 0 && std::max({dx_error, dw_error, db_error}) < 1e-8;
   std::cout << (ok ? "OK: the layer is y = x·Wᵀ + b, and its gradients are right\n" : "MISMATCH\n");
   return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return dissect::examples::figure_example_main(argc, argv, "linear_basics", kDescription, run);
 }

@@ -4,21 +4,26 @@
 // 32 random token embeddings of width 64 go through a Q projection (64 → 64), an FFN up
 // projection (64 → 256) and an FFN down projection (256 → 64), each W = randn · √(2/in) with no
 // bias, as in the article. The program prints each tensor's shape and standard deviation and
-// draws their overlaid histograms to llm_linear_layers.svg (or the path given with --svg).
+// draws their overlaid histograms to llm_linear_layers.svg (or the path given with --svg, "none"
+// for no figure).
 #include <dissect/dissect.hpp>
 
 #include <cmath>
 #include <iomanip>
 #include <iostream>
-#include <string_view>
 #include <vector>
 
+#include "common/cli.hpp"
 #include "common/svg_plot.hpp"
 
 using dissect::Linear;
 using dissect::Tensor;
 
 namespace {
+
+constexpr const char* kDescription =
+    "llm_linear_layers — random token embeddings through a Q projection and an FFN with "
+    "Kaiming-initialised weights: the feature scale at each step, checked against theory";
 
 double standard_deviation(const Tensor<float, 2>& t) {
   double sum = 0, sum_sq = 0;
@@ -37,19 +42,7 @@ void print_row(const char* name, const Tensor<float, 2>& t, const char* note) {
             << standard_deviation(t) << "   " << note << "\n";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::string svg_path = "llm_linear_layers.svg";
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--svg" && i + 1 < argc) {
-      svg_path = argv[++i];
-    } else {
-      std::cerr << "usage: llm_linear_layers [--svg PATH]\n";
-      return 2;
-    }
-  }
-
+int run(dissect::examples::OutputFile& figure) {
   constexpr dissect::index_t tokens = 32, d_model = 64;
   const dissect::LinearOptions kaiming{.bias = false, .init = dissect::InitScheme::kaiming_normal};
   dissect::manual_seed(2024);
@@ -75,20 +68,22 @@ int main(int argc, char** argv) {
       << "\n(Kaiming's √2 is meant to offset a ReLU, which halves the variance; the article's\n"
          "demo has no activation between up and down, so the scale grows.)\n";
 
-  namespace ex = dissect::examples;
-  const auto x = values(embeddings), qv = values(q), up = values(ffn_up), down = values(ffn_down);
-  ex::Figure figure(900, 480);
-  figure.panel()
-      .title("How an LLM's linear layers reshape the feature distribution")
-      .xlabel("feature value")
-      .ylabel("count")
-      .histogram({x, qv, up, down}, 60,
-                 {{.label = "token embeddings [32, 64]", .alpha = 0.6},
-                  {.label = "Q projection [32, 64]", .alpha = 0.5},
-                  {.label = "FFN up [32, 256]", .color = "#2ca02c", .alpha = 0.4},
-                  {.label = "FFN down [32, 64]", .color = "#d62728", .alpha = 0.3}});
-  figure.save(svg_path);
-  std::cout << "figure written to " << svg_path << "\n";
+  if (figure.enabled()) {
+    namespace ex = dissect::examples;
+    const auto x = values(embeddings), qv = values(q), up = values(ffn_up), down = values(ffn_down);
+    const std::vector<ex::Panel> panels = {
+        {.title = "How an LLM's linear layers reshape the feature distribution",
+         .xlabel = "feature value",
+         .ylabel = "count",
+         .series =
+             ex::histograms({x, qv, up, down}, 60,
+                            {{.label = "token embeddings [32, 64]", .alpha = 0.6},
+                             {.label = "Q projection [32, 64]", .alpha = 0.5},
+                             {.label = "FFN up [32, 256]", .color = "#2ca02c", .alpha = 0.4},
+                             {.label = "FFN down [32, 64]", .color = "#d62728", .alpha = 0.3}})}};
+    figure.write(ex::svg(panels, 900, 480));
+    std::cout << "figure written to " << figure.path() << "\n";
+  }
 
   // The claim above, checked: with 32·64 samples the std is known to within a few percent.
   const double base = standard_deviation(embeddings);
@@ -97,4 +92,10 @@ int main(int argc, char** argv) {
                   std::abs(standard_deviation(ffn_down) / base - 2.0) < 0.25;
   std::cout << "scale check: " << (ok ? "OK" : "MISMATCH") << "\n";
   return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return dissect::examples::figure_example_main(argc, argv, "llm_linear_layers", kDescription, run);
 }

@@ -12,21 +12,26 @@
 // The training step allocates nothing: every activation and gradient buffer is made once per
 // batch size before the first epoch, and the layers write into them with forward_into and
 // backward_into.
+//
+// Every flag is checked before any work — ranges, names, the model's memory, and that the --svg
+// path can be written — and the data files as they are read. Exit status: 0 success, 2 bad
+// input (a flag, the output path, a missing or corrupt data file), 1 anything else.
 #include <Eigen/Core>
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <exception>
-#include <filesystem>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -34,12 +39,14 @@
 #include <omp.h>
 #endif
 
+#include "common/cli.hpp"
 #include "common/fashion_mnist.hpp"
 #include "common/svg_plot.hpp"
 #include "dissect/init.hpp"
 #include "dissect/linear.hpp"
 #include "dissect/loss.hpp"
 #include "dissect/optim.hpp"
+#include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
 
 namespace {
@@ -49,54 +56,25 @@ using dissect::Linear;
 using dissect::Tensor;
 using Clock = std::chrono::steady_clock;
 
-constexpr std::string_view help_text =
-    R"(train_mlp — train an MLP of dissect::Linear layers and ReLUs on Fashion-MNIST
-
-Usage: train_mlp [flags]
-
-Model and optimisation:
-  --hidden LIST         hidden layer widths, comma-separated (default 256,128)
-  --init NAME           pytorch (nn.Linear's default, U(±1/√in) for W and b) or kaiming
-                        (W ~ U(±√(6/in)), b = 0)   (default pytorch)
-  --optimizer NAME      adam, adamw or sgd (default adam)
-  --lr X                learning rate (default 1e-3 for adam/adamw, 0.05 for sgd)
-  --momentum X          SGD momentum (default 0.9)
-  --nesterov            SGD with Nesterov momentum
-  --weight-decay X      Adam/SGD: L2 term added to the gradient; AdamW: decoupled
-                        (default 0; 0.01 for adamw)
-  --epochs N            passes over the training set (default 10)
-  --batch N             training batch size (default 128)
-  --seed S              layer i starts from dissect::Generator(S + i); the batch order comes
-                        from dissect::Generator(S + 1000) (default 0)
-
-Data:
-  --data DIR            directory of the gzipped IDX files
-                        (default /usr/share/datasets/fashion-mnist)
-  --train-limit N       use only the first N training images (default: all 60000)
-  --test-limit N        use only the first N test images (default: all 10000)
-  --no-normalize        feed pixels scaled to [0, 1] as they are; by default they are
-                        standardised, (x − 0.2860) / 0.3530, with the training set's mean and
-                        standard deviation (over 10 epochs that gives 88.7–89.2 % test accuracy
-                        instead of 88.0–88.6 % for seeds 0–3)
-
-Output and machine:
-  --threads N           threads for Eigen's GEMM (needs a build with -DDISSECT_USE_OPENMP=ON)
-  --svg PATH            where the curves go (default train_mlp.svg; "none" to skip)
-  --help                this text
-
-Batch order: each epoch shuffles the indices 0..n−1 with Fisher–Yates, i from n−1 down to 1,
-j = next_u64() mod (i + 1), from one generator that runs on across epochs; the last batch of an
-epoch may be smaller. train_mlp_torch.py does exactly the same.
-)";
-
 // ---- flags --------------------------------------------------------------------------------------
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using dissect::examples::UsageError;
+
+// Limits that keep a typo from asking for days of work or more memory than a desktop has: 1000
+// epochs of the default model take minutes to half an hour, and it needs 25 MB of the 4 GiB.
+constexpr index_t kMaxEpochs = 1000;
+constexpr index_t kMaxBatch = 65536;
+constexpr index_t kMaxModelBytes = index_t{1} << 32;
+constexpr int kMaxThreads = 1024;
+// The per-batch loss curve keeps at most this many points an epoch (means of consecutive
+// batches), so that its memory and the figure stay small however small the batch.
+constexpr index_t kCurvePointsPerEpoch = 1000;
+// Evaluation runs in batches of this many images.
+constexpr index_t kEvalBatch = 1000;
 
 struct Flags {
-  std::vector<index_t> hidden{256, 128};
+  std::string hidden_text = "256,128";
+  std::vector<index_t> hidden;  // hidden_text, parsed by validate()
   std::string init = "pytorch";
   std::string optimizer = "adam";
   std::optional<double> lr;
@@ -109,101 +87,199 @@ struct Flags {
   std::string data = dissect::examples::fashion_mnist_default_dir;
   index_t train_limit = -1;
   index_t test_limit = -1;
-  bool normalize = true;
+  bool no_normalize = false;
   int threads = 0;  // 0: leave Eigen's default
   std::string svg = "train_mlp.svg";
 };
 
-template <class Number>
-Number parse_number(std::string_view flag, std::string_view text) {
-  Number value{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size()) {
-    throw UsageError(std::string(flag) + ": cannot read \"" + std::string(text) + "\"");
-  }
-  return value;
+/// The layer widths: 784 Fashion-MNIST pixels (the reader accepts no other image size), the
+/// hidden widths, 10 classes.
+std::vector<index_t> model_widths(const Flags& flags) {
+  std::vector<index_t> widths{dissect::examples::fashion_mnist_rows *
+                              dissect::examples::fashion_mnist_cols};
+  widths.insert(widths.end(), flags.hidden.begin(), flags.hidden.end());
+  widths.push_back(static_cast<index_t>(dissect::examples::fashion_mnist_classes.size()));
+  return widths;
 }
 
-index_t parse_positive(std::string_view flag, std::string_view text) {
-  const auto value = parse_number<index_t>(flag, text);
-  if (value <= 0) throw UsageError(std::string(flag) + ": must be > 0, got " + std::string(text));
-  return value;
+/// A check for an integer flag: CLI11 2.1 silently reads a number too large for the type as its
+/// maximum, and "-1" into an unsigned as 2^64 − 1; this lets only decimal integers that fit pass.
+template <class Integer>
+CLI::Validator whole_number() {
+  return CLI::Validator(
+      [](std::string& text) {
+        Integer value{};
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec == std::errc() && end == text.data() + text.size()) return std::string();
+        return "\"" + text + "\" is not a whole number in [" +
+               std::to_string(std::numeric_limits<Integer>::min()) + ", " +
+               std::to_string(std::numeric_limits<Integer>::max()) + "]";
+      },
+      "");
 }
 
-double parse_non_negative(std::string_view flag, std::string_view text) {
-  const auto value = parse_number<double>(flag, text);
-  if (!(value >= 0) || !std::isfinite(value)) {
-    throw UsageError(std::string(flag) + ": must be a finite number >= 0, got " +
-                     std::string(text));
-  }
-  return value;
+/// Declares every flag on `app`, parsed into `flags`; validate() then checks them.
+void add_flags(CLI::App& app, Flags& flags) {
+  // Each option under the current help group, with its metavariable; integers get the
+  // whole_number check.
+  std::string group;
+  const auto option = [&](const char* name, auto& value, const char* metavar,
+                          const std::string& help) {
+    CLI::Option* added = app.add_option(name, value, help)->type_name(metavar)->group(group);
+    using Value = std::remove_reference_t<decltype(value)>;
+    if constexpr (std::is_integral_v<Value>) added->check(whole_number<Value>());
+  };
+
+  group = "Model and optimisation";
+  option("--hidden", flags.hidden_text, "LIST",
+         "hidden layer widths, comma-separated; \"\" for a linear classifier (default 256,128)");
+  option("--init", flags.init, "NAME",
+         "pytorch (nn.Linear's default, U(±1/√in) for W and b) or kaiming (W ~ U(±√(6/in)), "
+         "b = 0) (default pytorch)");
+  option("--optimizer", flags.optimizer, "NAME", "adam, adamw or sgd (default adam)");
+  option("--lr", flags.lr, "X",
+         "learning rate, finite and > 0 (default 1e-3 for adam/adamw, 0.05 for sgd)");
+  option("--momentum", flags.momentum, "X", "SGD momentum, in [0, 1) (default 0.9)");
+  app.add_flag("--nesterov", flags.nesterov, "SGD with Nesterov momentum")->group(group);
+  option("--weight-decay", flags.weight_decay, "X",
+         "Adam/SGD: L2 term added to the gradient; AdamW: decoupled (default 0; 0.01 for adamw)");
+  option("--epochs", flags.epochs, "N", "passes over the training set, 1 to 1000 (default 10)");
+  option("--batch", flags.batch, "N", "training batch size, 1 to 65536 (default 128)");
+  option("--seed", flags.seed, "S",
+         "layer i starts from dissect::Generator(S + i); the batch order comes from "
+         "dissect::Generator(S + 1000) (default 0)");
+
+  group = "Data";
+  option("--data", flags.data, "DIR",
+         "directory of the gzipped IDX files (default " + flags.data + ")");
+  option("--train-limit", flags.train_limit, "N",
+         "use only the first N training images (default: all 60000)");
+  option("--test-limit", flags.test_limit, "N",
+         "use only the first N test images (default: all 10000)");
+  app.add_flag("--no-normalize", flags.no_normalize,
+               "feed pixels scaled to [0, 1] as they are; by default they are standardised, "
+               "(x − 0.2860) / 0.3530, with the training set's mean and standard deviation (over "
+               "10 epochs that gives 88.7–89.2 % test accuracy instead of 88.0–88.6 % for seeds "
+               "0–3)")
+      ->group(group);
+
+  group = "Output and machine";
+  option("--threads", flags.threads, "N",
+         "threads for Eigen's GEMM, 1 to 1024 (needs a build with -DDISSECT_USE_OPENMP=ON)");
+  option("--svg", flags.svg, "PATH",
+         "where the curves go, checked before training (default train_mlp.svg; \"none\" to skip)");
+  app.footer(
+      "Batch order: each epoch shuffles the indices 0..n−1 with Fisher–Yates, i from n−1 down "
+      "to 1, j = next_u64() mod (i + 1), from one generator that runs on across epochs; the last "
+      "batch of an epoch may be smaller. train_mlp_torch.py does exactly the same.\n\n" +
+      std::string(dissect::examples::kExitStatusHelp));
 }
 
-std::vector<index_t> parse_widths(std::string_view flag, std::string_view text) {
+std::vector<index_t> parse_widths(std::string_view flag, const std::string& list) {
   std::vector<index_t> widths;
-  while (!text.empty()) {
+  for (std::string_view text = list; !text.empty();) {
     const auto comma = text.find(',');
-    widths.push_back(parse_positive(flag, text.substr(0, comma)));
+    const std::string_view item = text.substr(0, comma);
+    index_t width = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), width);
+    if (ec != std::errc() || end != item.data() + item.size() || width <= 0) {
+      throw UsageError(std::string(flag) + ": \"" + std::string(item) +
+                       "\" is not a width > 0 in the list \"" + list + "\"");
+    }
+    widths.push_back(width);
     text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
   }
   return widths;  // empty: no hidden layer, a linear classifier
 }
 
-Flags parse_flags(std::span<char*> args) {
-  Flags flags;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string_view flag = args[i];
-    auto value = [&]() -> std::string_view {
-      if (i + 1 >= args.size()) throw UsageError(std::string(flag) + ": missing value");
-      return args[++i];
-    };
-    if (flag == "--help" || flag == "-h") {
-      std::cout << help_text;
-      std::exit(0);
-    } else if (flag == "--hidden") {
-      flags.hidden = parse_widths(flag, value());
-    } else if (flag == "--init") {
-      flags.init = value();
-      if (flags.init != "pytorch" && flags.init != "kaiming") {
-        throw UsageError("--init: unknown scheme \"" + flags.init + "\" (pytorch or kaiming)");
-      }
-    } else if (flag == "--optimizer") {
-      flags.optimizer = value();
-      if (flags.optimizer != "adam" && flags.optimizer != "adamw" && flags.optimizer != "sgd") {
-        throw UsageError("--optimizer: unknown optimizer \"" + flags.optimizer +
-                         "\" (adam, adamw or sgd)");
-      }
-    } else if (flag == "--lr") {
-      flags.lr = parse_non_negative(flag, value());
-    } else if (flag == "--momentum") {
-      flags.momentum = parse_non_negative(flag, value());
-    } else if (flag == "--nesterov") {
-      flags.nesterov = true;
-    } else if (flag == "--weight-decay") {
-      flags.weight_decay = parse_non_negative(flag, value());
-    } else if (flag == "--epochs") {
-      flags.epochs = parse_positive(flag, value());
-    } else if (flag == "--batch") {
-      flags.batch = parse_positive(flag, value());
-    } else if (flag == "--seed") {
-      flags.seed = parse_number<std::uint64_t>(flag, value());
-    } else if (flag == "--data") {
-      flags.data = value();
-    } else if (flag == "--train-limit") {
-      flags.train_limit = parse_positive(flag, value());
-    } else if (flag == "--test-limit") {
-      flags.test_limit = parse_positive(flag, value());
-    } else if (flag == "--no-normalize") {
-      flags.normalize = false;
-    } else if (flag == "--threads") {
-      flags.threads = static_cast<int>(std::min<index_t>(parse_positive(flag, value()), 1024));
-    } else if (flag == "--svg") {
-      flags.svg = value();
-    } else {
-      throw UsageError("unknown flag \"" + std::string(flag) + "\"");
+template <class Integer>
+void check_range(const char* flag, Integer value, Integer low, Integer high) {
+  if (value < low || value > high) {
+    throw UsageError(std::string(flag) + ": must be in [" + std::to_string(low) + ", " +
+                     std::to_string(high) + "], got " + std::to_string(value));
+  }
+}
+
+/// value >= low (> low unless `inclusive`), value < high, and finite: NaN fails every
+/// comparison.
+void check_real(const char* flag, double value, double low, bool inclusive,
+                double high = HUGE_VAL) {
+  if ((inclusive ? value >= low : value > low) && value < high) return;
+  char text[160];
+  if (high < HUGE_VAL) {
+    std::snprintf(text, sizeof text, "%s: must be in [%g, %g), got %g", flag, low, high, value);
+  } else {
+    std::snprintf(text, sizeof text, "%s: must be a finite number %s %g, got %g", flag,
+                  inclusive ? ">=" : ">", low, value);
+  }
+  throw UsageError(text);
+}
+
+/// Bytes the run will hold, counted in int64 with overflow checks: weights and gradients, the
+/// optimizer's state (Adam's two moments, SGD's momentum), and the activations and their
+/// gradients of the training and evaluation workspaces (a full batch and a short last one each).
+index_t model_bytes(const Flags& flags) {
+  const std::string what = "--hidden " + flags.hidden_text + " with --batch " +
+                           std::to_string(flags.batch) + ": the model's size";
+  const auto widths = model_widths(flags);
+  index_t parameters = 0, activations = 0;
+  for (std::size_t i = 0; i < widths.size(); ++i) {
+    activations = dissect::checked_add(activations, widths[i], what);
+    if (i + 1 < widths.size()) {
+      const index_t in_plus_bias = dissect::checked_add(widths[i], 1, what);  // W and b
+      parameters = dissect::checked_add(
+          parameters, dissect::checked_mul(in_plus_bias, widths[i + 1], what), what);
     }
   }
-  return flags;
+  const index_t copies = flags.optimizer == "sgd" ? 3 : 4;
+  const index_t rows = 2 * flags.batch + 2 * kEvalBatch;
+  return dissect::checked_sum({dissect::checked_product({4, copies, parameters}, what),
+                               dissect::checked_product({4, 2, rows, activations}, what)},
+                              what);
+}
+
+/// Everything CLI11 cannot check: names, ranges, combinations and the model's size, before any
+/// work is done. @throws UsageError naming the flag.
+void validate(Flags& flags) {
+  flags.hidden = parse_widths("--hidden", flags.hidden_text);
+  if (flags.init != "pytorch" && flags.init != "kaiming") {
+    throw UsageError("--init: unknown scheme \"" + flags.init + "\" (pytorch or kaiming)");
+  }
+  if (flags.optimizer != "adam" && flags.optimizer != "adamw" && flags.optimizer != "sgd") {
+    throw UsageError("--optimizer: unknown optimizer \"" + flags.optimizer +
+                     "\" (adam, adamw or sgd)");
+  }
+  if (flags.lr) check_real("--lr", *flags.lr, 0, false);
+  check_real("--momentum", flags.momentum, 0, true, 1);
+  if (flags.weight_decay) check_real("--weight-decay", *flags.weight_decay, 0, true);
+  if (flags.nesterov && (flags.optimizer != "sgd" || flags.momentum == 0)) {
+    throw UsageError("--nesterov: needs --optimizer sgd and --momentum > 0");
+  }
+  check_range<index_t>("--epochs", flags.epochs, 1, kMaxEpochs);
+  check_range<index_t>("--batch", flags.batch, 1, kMaxBatch);
+  if (flags.train_limit != -1)
+    check_range<index_t>("--train-limit", flags.train_limit, 1, INT64_MAX);
+  if (flags.test_limit != -1) check_range<index_t>("--test-limit", flags.test_limit, 1, INT64_MAX);
+  if (flags.threads != 0) check_range("--threads", flags.threads, 1, kMaxThreads);
+#ifndef _OPENMP
+  if (flags.threads > 1) {
+    throw UsageError("--threads: this build has no OpenMP; configure with -DDISSECT_USE_OPENMP=ON");
+  }
+#endif
+  index_t bytes = 0;
+  try {
+    bytes = model_bytes(flags);
+  } catch (const dissect::OverflowError& error) {
+    throw UsageError(error.what());
+  }
+  if (bytes > kMaxModelBytes) {
+    throw UsageError("--hidden " + flags.hidden_text + " with --batch " +
+                     std::to_string(flags.batch) + ": the model needs " +
+                     dissect::format_count(bytes) +
+                     " bytes (weights, gradients, optimizer state, activations), more than "
+                     "train_mlp's limit of " +
+                     dissect::format_count(kMaxModelBytes) + " bytes");
+  }
 }
 
 // ---- the model ----------------------------------------------------------------------------------
@@ -383,17 +459,11 @@ int threads_in_use() {
 
 // ---- training -----------------------------------------------------------------------------------
 
-int run(const Flags& flags) {
-  if (flags.threads > 0) {
+/// Trains and evaluates as `flags` (validated) say; the curves go to `figure` at the end.
+int run(const Flags& flags, dissect::examples::OutputFile& figure) {
 #ifdef _OPENMP
-    Eigen::setNbThreads(flags.threads);
-#else
-    if (flags.threads > 1) {
-      throw UsageError(
-          "--threads: this build has no OpenMP; configure with -DDISSECT_USE_OPENMP=ON");
-    }
+  if (flags.threads > 0) Eigen::setNbThreads(flags.threads);
 #endif
-  }
 
   const auto load_start = Clock::now();
   dissect::examples::FashionMnist data;
@@ -408,9 +478,7 @@ int run(const Flags& flags) {
   }
   const double load_seconds = seconds_since(load_start);
 
-  std::vector<index_t> widths{data.train.pixels_per_image()};
-  widths.insert(widths.end(), flags.hidden.begin(), flags.hidden.end());
-  widths.push_back(static_cast<index_t>(dissect::examples::fashion_mnist_classes.size()));
+  const std::vector<index_t> widths = model_widths(flags);  // the reader guarantees 784 pixels
   Mlp model(widths,
             flags.init == "kaiming" ? dissect::InitScheme::kaiming_uniform
                                     : dissect::InitScheme::pytorch_default,
@@ -421,7 +489,7 @@ int run(const Flags& flags) {
   // training and for evaluation.
   const index_t n_train = data.train.count, n_test = data.test.count;
   const index_t batch = std::min(flags.batch, n_train);
-  const index_t eval_batch = std::min<index_t>(1000, n_test);
+  const index_t eval_batch = std::min(kEvalBatch, n_test);
   Workspace train_full(batch, widths), eval_full(eval_batch, widths);
   std::optional<Workspace> train_tail, eval_tail;
   if (n_train % batch) train_tail.emplace(n_train % batch, widths);
@@ -429,13 +497,19 @@ int run(const Flags& flags) {
   std::vector<index_t> order(static_cast<std::size_t>(n_train));
   std::vector<index_t> test_order(static_cast<std::size_t>(n_test));
   for (index_t i = 0; i < n_test; ++i) test_order[static_cast<std::size_t>(i)] = i;
-  const auto table = pixel_table(flags.normalize);
+  const auto table = pixel_table(!flags.no_normalize);
   dissect::Generator data_order(flags.seed + 1000);
 
   const index_t batches_per_epoch = (n_train + batch - 1) / batch;
+  // The per-batch curve's points: the mean loss of `stride` consecutive batches (1 unless an
+  // epoch has more than kCurvePointsPerEpoch batches), reserved now so that the loop does not
+  // allocate.
+  const index_t stride = (batches_per_epoch + kCurvePointsPerEpoch - 1) / kCurvePointsPerEpoch;
   std::vector<double> batch_loss, batch_x;
-  batch_loss.reserve(static_cast<std::size_t>(batches_per_epoch * flags.epochs));
+  batch_loss.reserve(
+      static_cast<std::size_t>((batches_per_epoch + stride - 1) / stride * flags.epochs));
   batch_x.reserve(batch_loss.capacity());
+  double stride_loss = 0;
   std::vector<double> epoch_x, train_loss, test_loss, train_acc, test_acc;
 
   std::string model_text = std::to_string(widths.front());
@@ -444,7 +518,7 @@ int run(const Flags& flags) {
               grouped(static_cast<double>(model.parameter_count())).c_str(), flags.init.c_str());
   std::printf("  data: %lld train / %lld test images from %s (read in %.2f s)%s\n",
               static_cast<long long>(n_train), static_cast<long long>(n_test), flags.data.c_str(),
-              load_seconds, flags.normalize ? ", standardised" : ", scaled to [0, 1]");
+              load_seconds, !flags.no_normalize ? ", standardised" : ", scaled to [0, 1]");
   std::printf("  %s lr %g", flags.optimizer.c_str(), optimizer->lr());
   if (flags.optimizer == "sgd") {
     std::printf(" momentum %g%s", flags.momentum, flags.nesterov ? " (nesterov)" : "");
@@ -475,9 +549,13 @@ int run(const Flags& flags) {
       model.backward(w);
       optimizer->step();
       loss_sum += static_cast<double>(loss) * static_cast<double>(w.batch());
-      batch_loss.push_back(loss);
-      batch_x.push_back(static_cast<double>(epoch - 1) +
-                        static_cast<double>(step + 1) / static_cast<double>(batches_per_epoch));
+      stride_loss += loss;
+      if ((step + 1) % stride == 0 || step + 1 == batches_per_epoch) {
+        batch_loss.push_back(stride_loss / static_cast<double>(step % stride + 1));
+        batch_x.push_back(static_cast<double>(epoch - 1) +
+                          static_cast<double>(step + 1) / static_cast<double>(batches_per_epoch));
+        stride_loss = 0;
+      }
     }
     const double train_seconds = seconds_since(epoch_start);
     total_train_seconds += train_seconds;
@@ -504,25 +582,26 @@ int run(const Flags& flags) {
               test_acc.back(), static_cast<long long>(flags.epochs), total_train_seconds,
               grouped(static_cast<double>(n_train * flags.epochs) / total_train_seconds).c_str());
 
-  if (flags.svg != "none" && !flags.svg.empty()) {
+  if (figure.enabled()) {
     namespace ex = dissect::examples;
-    ex::Figure figure(1000, 420, 1, 2);
-    figure.title("train_mlp: MLP " + model_text + " on Fashion-MNIST, " + flags.optimizer);
-    figure.panel(0, 0)
-        .title("cross-entropy loss")
-        .xlabel("epoch")
-        .ylabel("loss")
-        .line(batch_x, batch_loss, {.label = "train (per batch)", .color = "#aec7e8", .width = 1})
-        .line(epoch_x, train_loss, {.label = "train (epoch mean)", .color = "#1f77b4"})
-        .line(epoch_x, test_loss, {.label = "test", .color = "#ff7f0e"});
-    figure.panel(0, 1)
-        .title("accuracy")
-        .xlabel("epoch")
-        .ylabel("accuracy (%)")
-        .line(epoch_x, train_acc, {.label = "train", .color = "#1f77b4"})
-        .line(epoch_x, test_acc, {.label = "test", .color = "#ff7f0e"});
-    figure.save(flags.svg);
-    std::cout << "wrote " << flags.svg << "\n";
+    const std::vector<ex::Panel> panels = {
+        {.title = "cross-entropy loss",
+         .xlabel = "epoch",
+         .ylabel = "loss",
+         .series = {ex::line(batch_x, batch_loss,
+                             {.label = "train (per batch)", .color = "#aec7e8", .width = 1}),
+                    ex::line(epoch_x, train_loss,
+                             {.label = "train (epoch mean)", .color = "#1f77b4"}),
+                    ex::line(epoch_x, test_loss, {.label = "test", .color = "#ff7f0e"})}},
+        {.title = "accuracy",
+         .xlabel = "epoch",
+         .ylabel = "accuracy (%)",
+         .series = {ex::line(epoch_x, train_acc, {.label = "train", .color = "#1f77b4"}),
+                    ex::line(epoch_x, test_acc, {.label = "test", .color = "#ff7f0e"})},
+         .legend_left = true}};
+    figure.write(ex::svg(panels, 1000, 420,
+                         "train_mlp: MLP " + model_text + " on Fashion-MNIST, " + flags.optimizer));
+    std::cout << "wrote " << figure.path() << "\n";
   }
   return 0;
 }
@@ -530,16 +609,16 @@ int run(const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse_flags(std::span<char*>(argv + 1, static_cast<std::size_t>(argc - 1))));
-  } catch (const UsageError& error) {
-    std::cerr << "train_mlp: " << error.what() << "\n(see train_mlp --help)\n";
-    return 2;
-  } catch (const dissect::Error& error) {
-    std::cerr << "train_mlp: error: " << error.what() << "\n";
-    return 2;
-  } catch (const std::exception& error) {
-    std::cerr << "train_mlp: " << error.what() << "\n";
-    return 1;
-  }
+  namespace ex = dissect::examples;
+  CLI::App app("train_mlp — train an MLP of dissect::Linear layers and ReLUs on Fashion-MNIST",
+               "train_mlp");
+  Flags flags;
+  add_flags(app, flags);
+  if (const auto status = ex::parse_command_line(app, argc, argv)) return *status;
+  // A corrupt data file and a configuration the library refuses are bad input too (status 2).
+  return ex::run_program<ex::DatasetError, dissect::Error>("train_mlp", [&] {
+    validate(flags);
+    ex::OutputFile figure("--svg", flags.svg);  // a bad path fails now, not after training
+    return run(flags, figure);
+  });
 }

@@ -5,6 +5,9 @@
 // uncompressed copies (the same names without .gz) are read too. IDX is a big-endian header —
 // magic (0x0803 for ubyte images of rank 3, 0x0801 for ubyte labels of rank 1), one uint32 per
 // dimension — followed by the raw bytes, row-major.
+//
+// Nothing in a file is trusted: every header is checked against the file before it decides an
+// allocation, and every error is a DatasetError naming the file and what is wrong with it.
 #pragma once
 
 #include <zlib.h>
@@ -12,8 +15,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
-#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -21,20 +24,32 @@
 #include <utility>
 #include <vector>
 
+#include "dissect/shape.hpp"
+
 namespace dissect::examples {
 
 /// The default install location of the Debian package.
 inline const char* const fashion_mnist_default_dir = "/usr/share/datasets/fashion-mnist";
 inline const char* const fashion_mnist_package = "dataset-fashion-mnist";
 
+/// Every Fashion-MNIST image is 28 × 28 pixels; a file that says otherwise is another data set.
+inline constexpr std::int64_t fashion_mnist_rows = 28;
+inline constexpr std::int64_t fashion_mnist_cols = 28;
+
 /// Fashion-MNIST's ten classes, by label.
 inline constexpr std::array<const char*, 10> fashion_mnist_classes = {
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
     "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 
-/// A data file that is not there: the caller tells the user which package to install.
-struct DatasetMissing : std::runtime_error {
+/// A data file that is corrupt, truncated or inconsistent with its partner: the message starts
+/// with the file's path.
+struct DatasetError : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+/// A data file that is not there: the caller tells the user which package to install.
+struct DatasetMissing : DatasetError {
+  using DatasetError::DatasetError;
 };
 
 /// One split: `count` images of rows × cols pixels (0 = background … 255), row-major, and one
@@ -76,81 +91,149 @@ class IdxReader {
  public:
   explicit IdxReader(std::filesystem::path path) : path_(std::move(path)) {
     file_.reset(gzopen(path_.c_str(), "rb"));
-    if (!file_) throw std::runtime_error("cannot open " + path_.string());
+    if (!file_) fail("cannot open");
     gzbuffer(file_.get(), 1 << 17);
   }
 
-  /// Reads the header and checks its magic; returns the dimensions.
+  const std::filesystem::path& path() const { return path_; }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw DatasetError(path_.string() + ": " + what);
+  }
+
+  /// Reads the header and checks its magic; returns the dimensions. For an uncompressed file
+  /// the declared payload is checked against the file's size here, before anything is
+  /// allocated; a gzipped one is checked as it is read (see read).
   std::vector<std::int64_t> header(std::uint32_t expected_magic) {
-    const std::uint32_t magic = read_u32();
+    const std::uint32_t magic = read_u32("magic number");
     if (magic != expected_magic) {
-      throw std::runtime_error(path_.string() + ": IDX magic " + std::to_string(magic) +
-                               ", expected " + std::to_string(expected_magic) +
-                               " (is this the right file?)");
+      fail("IDX magic " + hex(magic) + ", expected " + hex(expected_magic) +
+           " (is this the right file?)");
     }
     std::vector<std::int64_t> dims(expected_magic & 0xFF);
-    for (auto& dim : dims) dim = read_u32();
+    std::string shape;
+    for (auto& dim : dims) {
+      dim = read_u32("dimensions");
+      shape += (shape.empty() ? "" : ", ") + std::to_string(dim);
+    }
+    declared_ = 1;
+    try {
+      for (auto dim : dims) declared_ = checked_mul(declared_, dim, "IDX payload size");
+    } catch (const OverflowError&) {
+      fail("header declares dimensions [" + shape + "], whose product overflows int64");
+    }
+    std::error_code ec;
+    const auto file_bytes = std::filesystem::file_size(path_, ec);
+    const auto header_bytes = static_cast<std::int64_t>(4 * (dims.size() + 1));
+    if (!ec && gzdirect(file_.get()) &&
+        declared_ > static_cast<std::int64_t>(file_bytes) - header_bytes) {
+      fail("header declares [" + shape + "] = " + std::to_string(declared_) +
+           " bytes of data, but the file holds only " +
+           std::to_string(static_cast<std::int64_t>(file_bytes) - header_bytes) + " (truncated?)");
+    }
     return dims;
   }
 
-  /// Exactly `count` bytes into `out`, or an error naming the file (a truncated download).
-  void read(std::uint8_t* out, std::int64_t count) {
-    while (count > 0) {
-      const auto chunk =
-          static_cast<unsigned>(std::min<std::int64_t>(count, std::int64_t{1} << 30));
-      const int got = gzread(file_.get(), out, chunk);
-      if (got <= 0) {
-        int code = 0;
-        const char* message = gzerror(file_.get(), &code);
-        throw std::runtime_error(path_.string() + ": file ends early or is corrupt" +
-                                 (code != Z_OK ? std::string(" (") + message + ")" : ""));
+  /// The next `count` bytes of data, or an error naming the file. The buffer grows as bytes
+  /// arrive instead of being sized from the header up front, so a gzipped file whose header
+  /// promises more than it holds costs at most 64 MiB beyond what it does hold.
+  std::vector<std::uint8_t> read(std::int64_t count) {
+    std::vector<std::uint8_t> out;
+    out.reserve(static_cast<std::size_t>(std::min<std::int64_t>(count, std::int64_t{1} << 26)));
+    while (static_cast<std::int64_t>(out.size()) < count) {
+      const std::size_t have = out.size();
+      const auto want = static_cast<unsigned>(
+          std::min<std::int64_t>(count - static_cast<std::int64_t>(have), std::int64_t{1} << 24));
+      out.resize(have + want);
+      const int got = read_some(out.data() + have, want);
+      if (got == 0) {
+        fail("ends after " + std::to_string(have) + " of the " + std::to_string(declared_) +
+             " bytes of data its header declares (truncated?)");
       }
-      out += got;
-      count -= got;
+      out.resize(have + static_cast<std::size_t>(got));
+    }
+    return out;
+  }
+
+  /// Checks that nothing follows the declared data. For a gzipped file this read also makes
+  /// zlib verify the stream's CRC.
+  void expect_end() {
+    std::uint8_t extra = 0;
+    if (read_some(&extra, 1) > 0) {
+      fail("has more data than the " + std::to_string(declared_) +
+           " bytes its header declares (wrong header?)");
     }
   }
 
  private:
-  std::uint32_t read_u32() {
+  std::uint32_t read_u32(const char* field) {
     std::array<std::uint8_t, 4> bytes{};
-    read(bytes.data(), 4);
+    if (read_some(bytes.data(), 4) != 4)
+      fail(std::string("ends inside the IDX header (") + field + ")");
     return std::uint32_t{bytes[0]} << 24 | std::uint32_t{bytes[1]} << 16 |
            std::uint32_t{bytes[2]} << 8 | std::uint32_t{bytes[3]};
   }
 
+  /// gzread: up to `count` bytes, fewer only at the end of the data; a corrupt stream is an
+  /// error with zlib's own words.
+  int read_some(void* out, unsigned count) {
+    const int got = gzread(file_.get(), out, count);
+    int code = 0;
+    if (got < 0) fail(std::string("corrupt compressed data (") + gzerror(file_.get(), &code) + ")");
+    return got;
+  }
+
+  static std::string hex(std::uint32_t value) {
+    char text[16];
+    std::snprintf(text, sizeof text, "0x%08X", static_cast<unsigned>(value));
+    return text;
+  }
+
   std::filesystem::path path_;
   GzFile file_;
+  std::int64_t declared_ = 0;  // bytes of data the header declares
 };
 
 }  // namespace detail
 
 /// Reads the first min(limit, available) images and labels of one split ("train" or "t10k");
-/// limit < 0 reads all. Only the bytes needed are decompressed, so a small limit is fast.
-/// @throws DatasetMissing if a file is absent; std::runtime_error if one is malformed.
+/// limit < 0 reads all. Only the bytes needed are decompressed, so a small limit is fast; a
+/// full read also checks that each file ends where its header says.
+/// @throws DatasetMissing if a file is absent; DatasetError if one is malformed, holds no
+///         images, images that are not 28 × 28, a label outside [0, 10), or a label count that
+///         differs from the image count.
 inline ImageSet read_image_set(const std::filesystem::path& dir, const std::string& split,
                                std::int64_t limit = -1) {
   detail::IdxReader images(detail::find_data_file(dir, split + "-images-idx3-ubyte"));
   detail::IdxReader labels(detail::find_data_file(dir, split + "-labels-idx1-ubyte"));
   const auto image_dims = images.header(0x0803);
   const auto label_dims = labels.header(0x0801);
-  if (image_dims[0] != label_dims[0]) {
-    throw std::runtime_error("Fashion-MNIST " + split + ": " + std::to_string(image_dims[0]) +
-                             " images but " + std::to_string(label_dims[0]) + " labels");
+  const std::int64_t available = image_dims[0];
+  if (available == 0) images.fail("holds no images");
+  if (image_dims[1] != fashion_mnist_rows || image_dims[2] != fashion_mnist_cols) {
+    images.fail("images are " + std::to_string(image_dims[1]) + "x" +
+                std::to_string(image_dims[2]) + " pixels; Fashion-MNIST's are 28x28");
   }
+  if (label_dims[0] != available) {
+    labels.fail(std::to_string(label_dims[0]) + " labels, but " + images.path().string() +
+                " holds " + std::to_string(available) + " images");
+  }
+
   ImageSet set;
-  set.count = limit < 0 ? image_dims[0] : std::min(limit, image_dims[0]);
+  set.count = limit < 0 ? available : std::min(limit, available);
   set.rows = image_dims[1];
   set.cols = image_dims[2];
-  set.pixels.resize(static_cast<std::size_t>(set.count * set.rows * set.cols));
-  images.read(set.pixels.data(), static_cast<std::int64_t>(set.pixels.size()));
-  std::vector<std::uint8_t> raw_labels(static_cast<std::size_t>(set.count));
-  labels.read(raw_labels.data(), set.count);
+  set.pixels = images.read(checked_product({set.count, set.rows, set.cols}, "image bytes"));
+  const auto raw_labels = labels.read(set.count);
+  if (set.count == available) {
+    images.expect_end();
+    labels.expect_end();
+  }
   set.labels.assign(raw_labels.begin(), raw_labels.end());
   for (std::size_t i = 0; i < raw_labels.size(); ++i) {
     if (raw_labels[i] >= fashion_mnist_classes.size()) {
-      throw std::runtime_error("Fashion-MNIST " + split + ": label " +
-                               std::to_string(raw_labels[i]) + " of image " + std::to_string(i) +
-                               " is not a class in [0, 10)");
+      labels.fail("label " + std::to_string(raw_labels[i]) + " of image " + std::to_string(i) +
+                  " is not a class in [0, 10)");
     }
   }
   return set;

@@ -1,0 +1,128 @@
+// examples/common/cli.hpp — what the example programs share on their command line: CLI11
+// parsing with one set of exit statuses, and output files checked before any work is done.
+//
+// NOT part of the dissect library: example-only. Exit statuses: 0 success, 2 bad input (a flag,
+// an output path that cannot be written, a missing or corrupt data file), 1 anything else.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+namespace dissect::examples {
+
+inline constexpr int kExitFailure = 1, kExitBadInput = 2;
+
+/// The --help footer every example ends with.
+inline constexpr const char* kExitStatusHelp =
+    "Exit status: 0 success; 2 bad input (a flag, an output path that cannot be written, a "
+    "missing or corrupt data file); 1 any other failure.";
+
+/// Input that cannot be used, its message naming the flag: the programs print it and exit with
+/// kExitBadInput.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Parses argv into `app`'s options. Returns the status to exit with right away — 0 after --help
+/// has been printed, kExitBadInput after a parse error, printed with the program's name — or
+/// nullopt to go on.
+inline std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+    return std::nullopt;
+  } catch (const CLI::ParseError& error) {
+    if (error.get_exit_code() == 0) return app.exit(error);  // --help: printed, success
+    std::cerr << app.get_name() << ": " << error.what() << "\n(see " << app.get_name()
+              << " --help)\n";
+    return kExitBadInput;
+  }
+}
+
+/// Runs `body` (returning an exit status) and turns an exception that escapes it into a message
+/// naming the program and a status: kExitBadInput for a UsageError or one of the `BadInput`
+/// types, kExitFailure for anything else.
+template <class... BadInput, class Body>
+int run_program(std::string_view program, Body&& body) {
+  try {
+    return body();
+  } catch (const std::exception& error) {
+    const bool usage = dynamic_cast<const UsageError*>(&error) != nullptr;
+    const bool bad_input = usage || (... || (dynamic_cast<const BadInput*>(&error) != nullptr));
+    std::cerr << program << ": " << error.what() << "\n";
+    if (usage) std::cerr << "(see " << program << " --help)\n";
+    return bad_input ? kExitBadInput : kExitFailure;
+  }
+}
+
+/// An output file given by a flag ("none" or empty: no file). The constructor checks that the
+/// path can be written by opening it to append, which creates it if missing but leaves an
+/// existing file intact: a bad path then fails at once, not after the whole run, and a run that
+/// fails later neither clobbers the previous file nor leaves an empty new one behind.
+class OutputFile {
+ public:
+  /// @throws UsageError naming the flag and the path if the path cannot be opened for writing.
+  OutputFile(std::string flag, std::string path) : flag_(std::move(flag)), path_(std::move(path)) {
+    if (!enabled()) return;
+    std::error_code ec;
+    created_ = !std::filesystem::exists(path_, ec);
+    std::ofstream probe(path_, std::ios::app);
+    if (!probe) {
+      throw UsageError(flag_ + ": cannot open \"" + path_ + "\" for writing (" +
+                       std::strerror(errno) + ")");
+    }
+  }
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  ~OutputFile() {
+    std::error_code ec;
+    if (created_ && !written_) std::filesystem::remove(path_, ec);
+  }
+
+  bool enabled() const { return !path_.empty() && path_ != "none"; }
+  const std::string& path() const { return path_; }
+
+  /// Replaces the file's contents with `text` (nothing if not enabled()). @throws
+  /// std::runtime_error naming the path if the write fails (a full disk, a path removed since).
+  void write(std::string_view text) {
+    if (!enabled()) return;
+    std::ofstream file(path_, std::ios::binary | std::ios::trunc);
+    file << text;
+    file.close();
+    if (!file) throw std::runtime_error(flag_ + ": cannot write \"" + path_ + "\"");
+    written_ = true;
+  }
+
+ private:
+  std::string flag_, path_;
+  bool created_ = false, written_ = false;
+};
+
+/// The main() of an example whose one flag is --svg (default `<name>.svg`): parses the command
+/// line, opens the figure's file before any work, and returns body(figure)'s status.
+template <class Body>
+int figure_example_main(int argc, char** argv, const char* name, const char* description,
+                        Body&& body) {
+  CLI::App app(description, name);
+  std::string svg_path = std::string(name) + ".svg";
+  app.add_option("--svg", svg_path, "where the figure goes (\"none\" for no figure)")
+      ->capture_default_str();
+  app.footer(kExitStatusHelp);
+  if (const auto status = parse_command_line(app, argc, argv)) return *status;
+  return run_program(name, [&] {
+    OutputFile figure("--svg", svg_path);
+    return body(figure);
+  });
+}
+
+}  // namespace dissect::examples
