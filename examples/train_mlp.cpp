@@ -42,9 +42,11 @@
 #include "common/cli.hpp"
 #include "common/fashion_mnist.hpp"
 #include "common/svg_plot.hpp"
+#include "dissect/activation.hpp"
 #include "dissect/init.hpp"
 #include "dissect/linear.hpp"
 #include "dissect/loss.hpp"
+#include "dissect/module.hpp"
 #include "dissect/optim.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
@@ -284,80 +286,38 @@ void validate(Flags& flags) {
 
 // ---- the model ----------------------------------------------------------------------------------
 
-/// Activations and their gradients for one batch size, made once. acts[0] is the input batch,
-/// acts[i + 1] the output of layer i (after its ReLU, which runs in place); grads[i] is the
-/// gradient with respect to acts[i] (grads[0] is never needed: the images are not trained).
-struct Workspace {
-  std::vector<Tensor<float, 2>> acts;
-  std::vector<Tensor<float, 2>> grads;
+/// One hidden layer, Linear then ReLU; the MLP is a runtime-deep Stack of them and the
+/// classifier: widths[0] → … → widths.back(), named "0.0.0.weight", …, "1.weight".
+using Hidden = dissect::Sequential<Linear<float>, dissect::ReLU>;
+using Mlp = dissect::Sequential<dissect::Stack<Hidden>, Linear<float>>;
+
+Mlp make_mlp(std::span<const index_t> widths, dissect::InitScheme init, std::uint64_t seed) {
+  const auto layer = [&](std::size_t i) {
+    return Linear<float>(widths[i], widths[i + 1],
+                         dissect::LinearOptions{.bias = true, .init = init, .seed = seed + i});
+  };
+  dissect::Stack<Hidden> hidden;
+  for (std::size_t i = 0; i + 2 < widths.size(); ++i) hidden.push_back(Hidden(layer(i), {}));
+  return Mlp(std::move(hidden), layer(widths.size() - 2));
+}
+
+/// One batch size's buffers, made once: the input images, their labels, dlogits, and the
+/// model's training cache (every activation and gradient, reused from step to step).
+struct Batch {
+  Tensor<float, 2> images;
   std::vector<std::int64_t> targets;
+  Tensor<float, 2> dlogits;
+  Mlp::Cache<2> cache;
 
-  Workspace(index_t batch, std::span<const index_t> widths)
-      : targets(static_cast<std::size_t>(batch)) {
-    for (std::size_t i = 0; i < widths.size(); ++i) {
-      acts.emplace_back(dissect::Shape<2>{batch, widths[i]});
-      grads.emplace_back(dissect::Shape<2>{i == 0 ? 0 : batch, widths[i]});
-    }
-  }
-  index_t batch() const { return acts.front().dim(0); }
-};
-
-class Mlp {
- public:
-  Mlp(std::span<const index_t> widths, dissect::InitScheme init, std::uint64_t seed)
-      : widths_(widths.begin(), widths.end()) {
-    for (std::size_t i = 0; i + 1 < widths.size(); ++i) {
-      layers_.emplace_back(widths[i], widths[i + 1],
-                           dissect::LinearOptions{.bias = true, .init = init, .seed = seed + i});
-    }
-  }
-
-  std::vector<Linear<float>>& layers() { return layers_; }
-  std::span<const index_t> widths() const { return widths_; }
-  index_t parameter_count() const {
-    index_t count = 0;
-    for (const auto& layer : layers_) count += layer.parameter_count();
-    return count;
-  }
-
-  /// acts[0] → logits in acts.back().
-  void forward(Workspace& w) const {
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      layers_[i].forward_into(w.acts[i], w.acts[i + 1]);
-      if (i + 1 < layers_.size()) relu_in_place(w.acts[i + 1]);
-    }
-  }
-
-  /// From grads.back() (dlogits) down to the first layer, adding into every parameter gradient.
-  void backward(Workspace& w) {
-    for (std::size_t i = layers_.size(); i-- > 1;) {
-      layers_[i].backward_into(w.acts[i], w.grads[i + 1], w.grads[i]);
-      relu_backward_in_place(w.grads[i], w.acts[i]);
-    }
-    // The images need no gradient (PyTorch knows this from requires_grad=False): skipping
-    // dx = dy·W saves as much work as the widest layer's forward product.
-    layers_.front().backward_parameters(w.acts[0], w.grads[1]);
-  }
-
- private:
-  // std::max(v, 0) keeps a NaN (the comparison is false), as torch.relu does.
-  static void relu_in_place(Tensor<float, 2>& h) {
-    for (float& v : h) v = std::max(v, 0.0f);
-  }
-
-  /// dh ← dh where h > 0, else 0. h is the ReLU's output, positive exactly where its input was.
-  static void relu_backward_in_place(Tensor<float, 2>& dh, const Tensor<float, 2>& h) {
-    const float* out = h.data();
-    float* grad = dh.data();
-    for (index_t k = 0; k < dh.size(); ++k) grad[k] = out[k] > 0 ? grad[k] : 0.0f;
-  }
-
-  std::vector<index_t> widths_;
-  std::vector<Linear<float>> layers_;
+  Batch(index_t batch, std::span<const index_t> widths)
+      : images(dissect::Shape<2>{batch, widths.front()}),
+        targets(static_cast<std::size_t>(batch)),
+        dlogits(dissect::Shape<2>{batch, widths.back()}) {}
+  index_t batch() const { return images.dim(0); }
 };
 
 std::unique_ptr<dissect::Optimizer<float>> make_optimizer(Mlp& model, const Flags& flags) {
-  auto params = dissect::parameters(model.layers());
+  auto params = dissect::parameters_of(model);
   if (flags.optimizer == "sgd") {
     return std::make_unique<dissect::Sgd<float>>(
         std::move(params), dissect::SgdOptions{.lr = flags.lr.value_or(0.05),
@@ -393,12 +353,12 @@ std::array<float, 256> pixel_table(bool normalize) {
 
 /// Rows order[first .. first + batch) of `set` into the workspace's input and targets.
 void gather_batch(const dissect::examples::ImageSet& set, std::span<const index_t> order,
-                  index_t first, const std::array<float, 256>& table, Workspace& w) {
+                  index_t first, const std::array<float, 256>& table, Batch& w) {
   const index_t pixels = set.pixels_per_image();
   for (index_t r = 0; r < w.batch(); ++r) {
     const index_t image = order[static_cast<std::size_t>(first + r)];
     const std::uint8_t* src = set.image(image);
-    float* dst = w.acts[0].data() + r * pixels;
+    float* dst = w.images.data() + r * pixels;
     for (index_t k = 0; k < pixels; ++k) dst[k] = table[src[k]];
     w.targets[static_cast<std::size_t>(r)] = set.labels[static_cast<std::size_t>(image)];
   }
@@ -420,14 +380,13 @@ struct Evaluation {
 /// Mean loss and accuracy over the whole set, in batches of at most `full.batch()` rows.
 Evaluation evaluate(const Mlp& model, const dissect::examples::ImageSet& set,
                     std::span<const index_t> order, const std::array<float, 256>& table,
-                    Workspace& full, Workspace* tail) {
+                    Batch& full, Batch* tail) {
   double loss_sum = 0;
   index_t correct = 0;
   for (index_t first = 0; first < set.count; first += full.batch()) {
-    Workspace& w = set.count - first >= full.batch() ? full : *tail;
+    Batch& w = set.count - first >= full.batch() ? full : *tail;
     gather_batch(set, order, first, table, w);
-    model.forward(w);
-    const auto& logits = w.acts.back();
+    const auto logits = model.forward(w.images, w.cache);
     loss_sum += static_cast<double>(dissect::cross_entropy(logits, w.targets)) *
                 static_cast<double>(w.batch());
     correct += dissect::count_correct(logits, w.targets);
@@ -479,10 +438,10 @@ int run(const Flags& flags, dissect::examples::OutputFile& figure) {
   const double load_seconds = seconds_since(load_start);
 
   const std::vector<index_t> widths = model_widths(flags);  // the reader guarantees 784 pixels
-  Mlp model(widths,
-            flags.init == "kaiming" ? dissect::InitScheme::kaiming_uniform
-                                    : dissect::InitScheme::pytorch_default,
-            flags.seed);
+  Mlp model = make_mlp(widths,
+                       flags.init == "kaiming" ? dissect::InitScheme::kaiming_uniform
+                                               : dissect::InitScheme::pytorch_default,
+                       flags.seed);
   auto optimizer = make_optimizer(model, flags);
 
   // Every buffer the loop touches, made now: the full batch and the short last one, for
@@ -490,8 +449,8 @@ int run(const Flags& flags, dissect::examples::OutputFile& figure) {
   const index_t n_train = data.train.count, n_test = data.test.count;
   const index_t batch = std::min(flags.batch, n_train);
   const index_t eval_batch = std::min(kEvalBatch, n_test);
-  Workspace train_full(batch, widths), eval_full(eval_batch, widths);
-  std::optional<Workspace> train_tail, eval_tail;
+  Batch train_full(batch, widths), eval_full(eval_batch, widths);
+  std::optional<Batch> train_tail, eval_tail;
   if (n_train % batch) train_tail.emplace(n_train % batch, widths);
   if (n_test % eval_batch) eval_tail.emplace(n_test % eval_batch, widths);
   std::vector<index_t> order(static_cast<std::size_t>(n_train));
@@ -539,14 +498,15 @@ int run(const Flags& flags, dissect::examples::OutputFile& figure) {
     double loss_sum = 0;
     index_t correct = 0;
     for (index_t first = 0, step = 0; first < n_train; first += batch, ++step) {
-      Workspace& w = n_train - first >= batch ? train_full : *train_tail;
+      Batch& w = n_train - first >= batch ? train_full : *train_tail;
       gather_batch(data.train, order, first, table, w);
       optimizer->zero_grad();
-      model.forward(w);
-      correct += dissect::count_correct(w.acts.back(), w.targets);
-      const float loss =
-          dissect::cross_entropy_forward_backward(w.acts.back(), w.targets, w.grads.back());
-      model.backward(w);
+      const auto logits = model.forward(w.images, w.cache);
+      correct += dissect::count_correct(logits, w.targets);
+      const float loss = dissect::cross_entropy_forward_backward(logits, w.targets, w.dlogits);
+      // The images need no gradient (PyTorch knows this from requires_grad=False): skipping
+      // dx = dy·W of the first layer saves as much work as the widest forward product.
+      model.backward_parameters(w.images, w.cache, w.dlogits);
       optimizer->step();
       loss_sum += static_cast<double>(loss) * static_cast<double>(w.batch());
       stride_loss += loss;

@@ -139,6 +139,37 @@ TEST(Sequential, HoldsBlocksWithTheirOwnCaches) {
   EXPECT_TENSOR_EQ(stack.get<1>().down().weight_grad(), swiglu.down().weight_grad());
 }
 
+TEST(Stack, RuntimeDepthEqualsTheSameLayersInSequence) {
+  using Hidden = Sequential<Linear<double>, ReLU>;
+  Stack<Hidden> stack;
+  for (std::uint64_t i = 0; i < 3; ++i)
+    stack.push_back(Hidden(Linear<double>(4, 4, {.seed = i}), {}));
+  Sequential<Hidden, Hidden, Hidden> fixed(Hidden(Linear<double>(4, 4, {.seed = 0}), {}),
+                                           Hidden(Linear<double>(4, 4, {.seed = 1}), {}),
+                                           Hidden(Linear<double>(4, 4, {.seed = 2}), {}));
+  EXPECT_EQ(parameter_names(stack), parameter_names(fixed));
+  EXPECT_EQ(parameter_names(stack).front(), "0.0.weight");
+  std::mt19937_64 engine(8);
+  const auto x = random_tensor<double, 3>({2, 3, 4}, engine);
+  const auto dy = random_tensor<double, 3>({2, 3, 4}, engine);
+  Stack<Hidden>::Cache<3> stack_cache;
+  decltype(fixed)::Cache<3> fixed_cache;
+  EXPECT_TENSOR_EQ(stack.forward(x), fixed.forward(x));
+  EXPECT_TENSOR_EQ(stack.forward(x, stack_cache), fixed.forward(x, fixed_cache));
+  EXPECT_TENSOR_EQ(stack.backward(x, stack_cache, dy), fixed.backward(x, fixed_cache, dy));
+  EXPECT_TENSOR_EQ(stack.at(0).get<0>().weight_grad(), fixed.get<0>().get<0>().weight_grad());
+  EXPECT_THROW_WITH(stack.at(3), Error, "Stack::at: index 3 is out of range (3 layers)");
+  Stack<Hidden>::Cache<3> empty_cache;
+  EXPECT_THROW_WITH(stack.backward(x, empty_cache, dy), ShapeError,
+                    "fill the cache with forward(x, cache)");
+  // An empty stack passes x through, and dy back.
+  Stack<Hidden> none;
+  EXPECT_TENSOR_EQ(none.forward(x), x);
+  Stack<Hidden>::Cache<3> none_cache;
+  none.forward(x, none_cache);
+  EXPECT_TENSOR_EQ(none.backward(x, none_cache, dy), dy);
+}
+
 /// Trains `module` on a fixed regression target with Adam built from the module alone; the loss
 /// must fall by half: every parameter was reached (a missed one leaves a floor).
 template <class Module, class Step>

@@ -27,7 +27,8 @@ Tensor<Scalar, Rank> softmax(const L& logits);
 
 /// As softmax, into `out` of the same shape; `out` may be `logits` itself (in place).
 /// @throws ShapeError if the shapes differ.
-template <TensorLike L, class Scalar = scalar_of<L>, std::size_t Rank = rank_of<L>, WritableTensor O>
+template <TensorLike L, class Scalar = scalar_of<L>, std::size_t Rank = rank_of<L>,
+          WritableTensor O>
 void softmax_into(const L& logits, O&& out);
 
 /// logits: [..., C] → [..., C]: x − max − log Σ exp(x − max) along the last axis.
@@ -35,7 +36,8 @@ template <TensorLike L, class Scalar = scalar_of<L>, std::size_t Rank = rank_of<
 Tensor<Scalar, Rank> log_softmax(const L& logits);
 
 /// As log_softmax, into `out` (same rules as softmax_into).
-template <TensorLike L, class Scalar = scalar_of<L>, std::size_t Rank = rank_of<L>, WritableTensor O>
+template <TensorLike L, class Scalar = scalar_of<L>, std::size_t Rank = rank_of<L>,
+          WritableTensor O>
 void log_softmax_into(const L& logits, O&& out);
 
 /// logits: [N, C], targets: [N] with values in [0, C) → mean over n of
@@ -44,44 +46,39 @@ void log_softmax_into(const L& logits, O&& out);
 /// @throws ShapeError if targets.size() != N; Error naming the index if a target is outside
 ///         [0, C).
 template <TensorLike L, class Scalar = scalar_of<L>>
-  requires(rank_of<L> == 2)
-Scalar cross_entropy(const L& logits, std::span<const index_t> targets);
+requires(rank_of<L> == 2) Scalar cross_entropy(const L& logits, std::span<const index_t> targets);
 
 /// dlogits: [N, C] (overwritten) = grad_output · (softmax(logits) − onehot(targets)) / N.
 /// `dlogits` may be `logits` itself.
 /// @throws as cross_entropy, and ShapeError if dlogits is not [N, C]. Nothing is written when
 ///         it throws.
 template <TensorLike L, class Scalar = scalar_of<L>, WritableTensor O>
-  requires(rank_of<L> == 2)
-void cross_entropy_backward_into(const L& logits, std::span<const index_t> targets,
-                                 O&& dlogits,
-                                 std::type_identity_t<Scalar> grad_output = Scalar(1));
+requires(rank_of<L> ==
+         2) void cross_entropy_backward_into(const L& logits, std::span<const index_t> targets,
+                                             O&& dlogits,
+                                             std::type_identity_t<Scalar> grad_output = Scalar(1));
 
 /// As cross_entropy_backward_into, into a new tensor.
 template <TensorLike L, class Scalar = scalar_of<L>>
-  requires(rank_of<L> == 2)
-Tensor<Scalar, 2> cross_entropy_backward(const L& logits,
-                                         std::span<const index_t> targets,
-                                         std::type_identity_t<Scalar> grad_output = Scalar(1));
+requires(rank_of<L> == 2) Tensor<Scalar, 2> cross_entropy_backward(
+    const L& logits, std::span<const index_t> targets,
+    std::type_identity_t<Scalar> grad_output = Scalar(1));
 
 /// The loss (as cross_entropy) and its gradient (as cross_entropy_backward_into with
 /// grad_output 1) from one pass over the logits: what a training step calls.
 template <TensorLike L, class Scalar = scalar_of<L>, WritableTensor O>
-  requires(rank_of<L> == 2)
-Scalar cross_entropy_forward_backward(const L& logits,
-                                      std::span<const index_t> targets, O&& dlogits);
+requires(rank_of<L> == 2) Scalar
+    cross_entropy_forward_backward(const L& logits, std::span<const index_t> targets, O&& dlogits);
 
 /// Index of the largest logit in each row ([N, C] → N indices); the first one on ties, like
 /// torch.argmax. A row holding NaN answers the first NaN. @throws ShapeError if C = 0 and N > 0.
 template <TensorLike L, class Scalar = scalar_of<L>>
-  requires(rank_of<L> == 2)
-std::vector<index_t> argmax(const L& logits);
+requires(rank_of<L> == 2) std::vector<index_t> argmax(const L& logits);
 
 /// How many rows of logits [N, C] have their argmax at targets[n] (no allocation).
 /// @throws ShapeError if targets.size() != N, or if C = 0 and N > 0.
 template <TensorLike L, class Scalar = scalar_of<L>>
-  requires(rank_of<L> == 2)
-index_t count_correct(const L& logits, std::span<const index_t> targets);
+requires(rank_of<L> == 2) index_t count_correct(const L& logits, std::span<const index_t> targets);
 
 // ---- implementation -----------------------------------------------------------------------------
 
@@ -136,8 +133,8 @@ inline void check_targets(const char* op, const Shape<2>& logits_shape,
 /// The shared loop of the cross-entropy forms: per row, the loss term (accumulated in double so
 /// the mean of a large batch does not drift) and, when `dlogits` is given, scale·(p − onehot).
 template <class Scalar, class L>
-double cross_entropy_rows(const L& logits, std::span<const index_t> targets,
-                          Scalar* dlogits, Scalar scale) {
+double cross_entropy_rows(const L& logits, std::span<const index_t> targets, Scalar* dlogits,
+                          Scalar scale) {
   const index_t rows = logits.dim(0), classes = logits.dim(1);
   double total = 0;
   for (index_t n = 0; n < rows; ++n) {
@@ -206,8 +203,7 @@ Tensor<Scalar, Rank> log_softmax(const L& logits) {
 }
 
 template <TensorLike L, class Scalar>
-  requires(rank_of<L> == 2)
-Scalar cross_entropy(const L& logits, std::span<const index_t> targets) {
+requires(rank_of<L> == 2) Scalar cross_entropy(const L& logits, std::span<const index_t> targets) {
   detail::check_targets("cross_entropy", logits.shape(), targets);
   const double total = detail::cross_entropy_rows<Scalar>(logits, targets, nullptr, Scalar(0));
   // 0/0 = NaN for an empty batch, which is what torch's mean reduction returns.
@@ -215,10 +211,10 @@ Scalar cross_entropy(const L& logits, std::span<const index_t> targets) {
 }
 
 template <TensorLike L, class Scalar, WritableTensor O>
-  requires(rank_of<L> == 2)
-void cross_entropy_backward_into(const L& logits, std::span<const index_t> targets,
-                                 O&& dlogits,
-                                 std::type_identity_t<Scalar> grad_output) {
+requires(rank_of<L> ==
+         2) void cross_entropy_backward_into(const L& logits, std::span<const index_t> targets,
+                                             O&& dlogits,
+                                             std::type_identity_t<Scalar> grad_output) {
   detail::check_targets("cross_entropy_backward", logits.shape(), targets);
   detail::check_same_shape_output("cross_entropy_backward", logits, dlogits, "logits", "dlogits");
   if (logits.dim(0) == 0) return;
@@ -227,20 +223,16 @@ void cross_entropy_backward_into(const L& logits, std::span<const index_t> targe
 }
 
 template <TensorLike L, class Scalar>
-  requires(rank_of<L> == 2)
-Tensor<Scalar, 2> cross_entropy_backward(const L& logits,
-                                         std::span<const index_t> targets,
-                                         std::type_identity_t<Scalar> grad_output) {
+requires(rank_of<L> == 2) Tensor<Scalar, 2> cross_entropy_backward(
+    const L& logits, std::span<const index_t> targets, std::type_identity_t<Scalar> grad_output) {
   auto dlogits = Tensor<Scalar, 2>::uninitialized(logits.shape());
   cross_entropy_backward_into(logits, targets, dlogits, grad_output);
   return dlogits;
 }
 
 template <TensorLike L, class Scalar, WritableTensor O>
-  requires(rank_of<L> == 2)
-Scalar cross_entropy_forward_backward(const L& logits,
-                                      std::span<const index_t> targets,
-                                      O&& dlogits) {
+requires(rank_of<L> == 2) Scalar
+    cross_entropy_forward_backward(const L& logits, std::span<const index_t> targets, O&& dlogits) {
   detail::check_targets("cross_entropy_forward_backward", logits.shape(), targets);
   detail::check_same_shape_output("cross_entropy_forward_backward", logits, dlogits, "logits",
                                   "dlogits");
@@ -272,8 +264,7 @@ void check_argmax_input(const char* op, const L& logits) {
 }  // namespace detail
 
 template <TensorLike L, class Scalar>
-  requires(rank_of<L> == 2)
-std::vector<index_t> argmax(const L& logits) {
+requires(rank_of<L> == 2) std::vector<index_t> argmax(const L& logits) {
   detail::check_argmax_input("argmax", logits);
   std::vector<index_t> result(static_cast<std::size_t>(logits.dim(0)));
   for (index_t n = 0; n < logits.dim(0); ++n) {
@@ -284,8 +275,7 @@ std::vector<index_t> argmax(const L& logits) {
 }
 
 template <TensorLike L, class Scalar>
-  requires(rank_of<L> == 2)
-index_t count_correct(const L& logits, std::span<const index_t> targets) {
+requires(rank_of<L> == 2) index_t count_correct(const L& logits, std::span<const index_t> targets) {
   if (static_cast<index_t>(targets.size()) != logits.dim(0)) {
     throw ShapeError(detail::concat("count_correct: ", targets.size(), " targets for logits ",
                                     format_shape(logits.shape()), " (one per row expected)"));

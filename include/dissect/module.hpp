@@ -115,6 +115,12 @@ std::string_view index_name(std::size_t index);
 template <class... Layers>
 class Sequential;
 
+/// Any number of layers of one type, applied in order: what a model's repeated blocks are
+/// (GPT-2's h.0 … h.11) and what an MLP of runtime depth is. Parameters are named by position
+/// ("0.weight", "1.weight", …); training works as Sequential's, with a Cache<Rank>.
+template <class Layer>
+class Stack;
+
 // ---- implementation -----------------------------------------------------------------------------
 
 inline ParameterName ParameterName::under(std::string_view prefix) const {
@@ -194,18 +200,34 @@ struct first_scalar<First, Rest...> {
   using type = typename First::scalar_type;
 };
 
-/// A layer with its own training cache (FeedForward, GatedFeedForward): forward(x, cache).
-template <class Layer>
-concept HasCache = requires {
-  typename Layer::Cache;
-};
-template <class Layer>
+/// What a layer keeps from forward for backward: its own Cache (FeedForward), its Cache<Rank>
+/// (Sequential, Stack), or nothing (Linear, ReLU: they run from their input).
+template <class Layer, std::size_t Rank>
 struct layer_cache {
   struct type {};
 };
-template <HasCache Layer>
-struct layer_cache<Layer> {
+template <class Layer, std::size_t Rank>
+requires requires {
+  typename Layer::Cache;
+}
+struct layer_cache<Layer, Rank> {
   using type = typename Layer::Cache;
+};
+template <class Layer, std::size_t Rank>
+requires requires {
+  typename Layer::template Cache<Rank>;
+}
+struct layer_cache<Layer, Rank> {
+  using type = typename Layer::template Cache<Rank>;
+};
+template <class Layer, std::size_t Rank>
+using layer_cache_t = typename layer_cache<Layer, Rank>::type;
+template <class Layer, std::size_t Rank>
+concept Cached = requires {
+  typename Layer::Cache;
+}
+|| requires {
+  typename Layer::template Cache<Rank>;
 };
 
 template <class Layer, class Scalar, std::size_t Rank>
@@ -220,8 +242,12 @@ concept BackwardsInto = requires(Layer& layer, ConstTensorView<Scalar, Rank> x,
   layer.backward_into(x, x, dx);
 };
 template <class Layer, class Scalar, std::size_t Rank>
-concept HasBackwardParameters = requires(Layer& layer, ConstTensorView<Scalar, Rank> x) {
+concept HasBackwardParameters = requires(Layer& layer, ConstTensorView<Scalar, Rank> x,
+                                         layer_cache_t<Layer, Rank>& cache) {
   layer.backward_parameters(x, x);
+}
+|| requires(Layer& layer, ConstTensorView<Scalar, Rank> x, layer_cache_t<Layer, Rank>& cache) {
+  layer.backward_parameters(x, cache, x);
 };
 
 /// `buffer` shaped `shape`, reallocated only when its shape differs: the cache reuse that keeps
@@ -230,6 +256,41 @@ template <class Scalar, std::size_t Rank>
 TensorView<Scalar, Rank> reuse_buffer(Tensor<Scalar, Rank>& buffer, const Shape<Rank>& shape) {
   if (buffer.shape() != shape) buffer = Tensor<Scalar, Rank>::uninitialized(shape);
   return buffer.view();
+}
+
+/// out = layer(x), keeping in `cache` what the layer's backward needs. The one way a container
+/// (Sequential, Stack) runs a member forward: into its reused buffer when the layer can.
+template <class Layer, class Scalar, std::size_t Rank>
+void forward_layer(const Layer& layer, ConstTensorView<Scalar, Rank> x, Tensor<Scalar, Rank>& out,
+                   layer_cache_t<Layer, Rank>& cache) {
+  if constexpr (Cached<Layer, Rank>) {
+    out = layer.forward(x, cache);
+  } else if constexpr (ForwardsInto<Layer, Scalar, Rank>) {
+    layer.forward_into(x, reuse_buffer(out, layer.output_shape(x.shape())));
+  } else {
+    out = layer.forward(x);
+  }
+}
+
+/// The layer's backward from its input x and upstream dy: dx into `dx` (reused) — or, when
+/// `input_grad` is false and the layer can skip it, only the parameter gradients (dx untouched).
+template <bool input_grad, class Layer, class Scalar, std::size_t Rank>
+void backward_layer(Layer& layer, ConstTensorView<Scalar, Rank> x,
+                    layer_cache_t<Layer, Rank>& cache, ConstTensorView<Scalar, Rank> dy,
+                    Tensor<Scalar, Rank>& dx) {
+  if constexpr (!input_grad && HasBackwardParameters<Layer, Scalar, Rank>) {
+    if constexpr (Cached<Layer, Rank>) {
+      layer.backward_parameters(x, cache, dy);
+    } else {
+      layer.backward_parameters(x, dy);
+    }
+  } else if constexpr (Cached<Layer, Rank>) {
+    dx = layer.backward(x, cache, dy);
+  } else if constexpr (BackwardsInto<Layer, Scalar, Rank>) {
+    layer.backward_into(x, dy, reuse_buffer(dx, x.shape()));
+  } else {
+    dx = layer.backward(x, dy);
+  }
 }
 
 }  // namespace detail
@@ -250,7 +311,7 @@ class Sequential : public ParameterMethods<Sequential<Layers...>> {
   struct Cache {
     std::array<Tensor<scalar_type, Rank>, size> outputs;  ///< each layer's output
     std::array<Tensor<scalar_type, Rank>, size> grads;    ///< backward's workspace
-    std::tuple<typename detail::layer_cache<Layers>::type...> layers;
+    std::tuple<detail::layer_cache_t<Layers, Rank>...> layers;
   };
 
   explicit Sequential(Layers... layers) : layers_(std::move(layers)...) {}
@@ -321,16 +382,8 @@ class Sequential : public ParameterMethods<Sequential<Layers...>> {
   template <std::size_t I, std::size_t Rank>
   Tensor<scalar_type, Rank> forward_cached(ConstTensorView<scalar_type, Rank> x,
                                            Cache<Rank>& cache) const {
-    using Layer = std::tuple_element_t<I, std::tuple<Layers...>>;
-    const Layer& layer = std::get<I>(layers_);
     Tensor<scalar_type, Rank>& out = cache.outputs[I];
-    if constexpr (detail::HasCache<Layer>) {
-      out = layer.forward(x, std::get<I>(cache.layers));
-    } else if constexpr (detail::ForwardsInto<Layer, scalar_type, Rank>) {
-      layer.forward_into(x, detail::reuse_buffer(out, layer.output_shape(x.shape())));
-    } else {
-      out = layer.forward(x);
-    }
+    detail::forward_layer(std::get<I>(layers_), x, out, std::get<I>(cache.layers));
     if constexpr (I + 1 == size) {
       return out;  // a copy: the cache keeps its own for the next step's reuse
     } else {
@@ -344,32 +397,122 @@ class Sequential : public ParameterMethods<Sequential<Layers...>> {
   ConstTensorView<scalar_type, Rank> backward_from(ConstTensorView<scalar_type, Rank> x,
                                                    Cache<Rank>& cache,
                                                    ConstTensorView<scalar_type, Rank> dy) {
-    using Layer = std::tuple_element_t<I, std::tuple<Layers...>>;
-    Layer& layer = std::get<I>(layers_);
     const ConstTensorView<scalar_type, Rank> input =
         I == 0 ? x : ConstTensorView<scalar_type, Rank>(cache.outputs[I == 0 ? 0 : I - 1]);
-    if constexpr (I == 0 && !input_grad &&
-                  detail::HasBackwardParameters<Layer, scalar_type, Rank>) {
-      layer.backward_parameters(input, dy);
-      return {};
+    Tensor<scalar_type, Rank>& dx = cache.grads[I];
+    constexpr bool layer_input_grad = I != 0 || input_grad;
+    detail::backward_layer<layer_input_grad>(std::get<I>(layers_), input, std::get<I>(cache.layers),
+                                             dy, dx);
+    if constexpr (I == 0) {
+      return dx.cview();
     } else {
-      Tensor<scalar_type, Rank>& dx = cache.grads[I];
-      if constexpr (detail::HasCache<Layer>) {
-        dx = layer.backward(input, std::get<I>(cache.layers), dy);
-      } else if constexpr (detail::BackwardsInto<Layer, scalar_type, Rank>) {
-        layer.backward_into(input, dy, detail::reuse_buffer(dx, input.shape()));
-      } else {
-        dx = layer.backward(input, dy);
-      }
-      if constexpr (I == 0) {
-        return dx.cview();
-      } else {
-        return backward_from<I - 1, input_grad>(x, cache, dx.cview());
-      }
+      return backward_from<I - 1, input_grad>(x, cache, dx.cview());
     }
   }
 
   std::tuple<Layers...> layers_;
+};
+
+template <class Layer>
+class Stack : public ParameterMethods<Stack<Layer>> {
+ public:
+  using scalar_type = typename Layer::scalar_type;
+
+  template <std::size_t Rank>
+  struct Cache {
+    std::vector<Tensor<scalar_type, Rank>> outputs;  ///< each layer's output
+    std::vector<Tensor<scalar_type, Rank>> grads;    ///< backward's workspace
+    std::vector<detail::layer_cache_t<Layer, Rank>> layers;
+  };
+
+  Stack() = default;
+  explicit Stack(std::vector<Layer> layers) : layers_(std::move(layers)) {}
+
+  void push_back(Layer layer) { layers_.push_back(std::move(layer)); }
+  std::size_t size() const { return layers_.size(); }
+  bool empty() const { return layers_.empty(); }
+  /// @throws Error if `index` >= size().
+  Layer& at(std::size_t index) { return layers_.at(checked_index(index)); }
+  const Layer& at(std::size_t index) const { return layers_.at(checked_index(index)); }
+
+  /// x → every layer in order (an empty stack copies x through).
+  template <TensorLike X>
+  Tensor<scalar_type, rank_of<X>> forward(const X& x) const {
+    Tensor<scalar_type, rank_of<X>> y(const_view(x));
+    for (const Layer& layer : layers_) y = layer.forward(y.cview());
+    return y;
+  }
+
+  template <TensorLike X>
+  Tensor<scalar_type, rank_of<X>> forward(const X& x, Cache<rank_of<X>>& cache) const {
+    resize(cache);
+    ConstTensorView<scalar_type, rank_of<X>> input = const_view(x);
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      detail::forward_layer(layers_[i], input, cache.outputs[i], cache.layers[i]);
+      input = cache.outputs[i].cview();
+    }
+    return Tensor<scalar_type, rank_of<X>>(input);
+  }
+
+  template <TensorLike X, TensorLike DY>
+  Tensor<scalar_type, rank_of<X>> backward(const X& x, Cache<rank_of<X>>& cache, const DY& dy) {
+    return Tensor<scalar_type, rank_of<X>>(
+        backward_impl<true>(const_view(x), cache, const_view(dy)));
+  }
+
+  template <TensorLike X, TensorLike DY>
+  void backward_parameters(const X& x, Cache<rank_of<X>>& cache, const DY& dy) {
+    backward_impl<false>(const_view(x), cache, const_view(dy));
+  }
+
+  template <class Visitor>
+  void for_each_parameter(Visitor&& visit) {
+    for (std::size_t i = 0; i < layers_.size(); ++i) visit_child(index_name(i), layers_[i], visit);
+  }
+  template <class Visitor>
+  void for_each_parameter(Visitor&& visit) const {
+    for (std::size_t i = 0; i < layers_.size(); ++i) visit_child(index_name(i), layers_[i], visit);
+  }
+
+ private:
+  std::size_t checked_index(std::size_t index) const {
+    if (index >= layers_.size()) {
+      throw Error(detail::concat("Stack::at: index ", index, " is out of range (", layers_.size(),
+                                 " layers)"));
+    }
+    return index;
+  }
+
+  template <std::size_t Rank>
+  void resize(Cache<Rank>& cache) const {
+    // Resizing keeps the existing tensors (and their buffers) in place.
+    cache.outputs.resize(layers_.size());
+    cache.grads.resize(layers_.size());
+    cache.layers.resize(layers_.size());
+  }
+
+  template <bool input_grad, std::size_t Rank>
+  ConstTensorView<scalar_type, Rank> backward_impl(ConstTensorView<scalar_type, Rank> x,
+                                                   Cache<Rank>& cache,
+                                                   ConstTensorView<scalar_type, Rank> dy) {
+    if (cache.outputs.size() != layers_.size()) {
+      throw ShapeError(detail::concat("Stack::backward: the cache holds ", cache.outputs.size(),
+                                      " layers' outputs, the stack has ", layers_.size(),
+                                      " (fill the cache with forward(x, cache))"));
+    }
+    for (std::size_t i = layers_.size(); i-- > 0;) {
+      const ConstTensorView<scalar_type, Rank> input = i == 0 ? x : cache.outputs[i - 1].cview();
+      if (i == 0 && !input_grad) {
+        detail::backward_layer<false>(layers_[i], input, cache.layers[i], dy, cache.grads[i]);
+        return {};
+      }
+      detail::backward_layer<true>(layers_[i], input, cache.layers[i], dy, cache.grads[i]);
+      dy = cache.grads[i].cview();
+    }
+    return dy;
+  }
+
+  std::vector<Layer> layers_;
 };
 
 }  // namespace dissect
