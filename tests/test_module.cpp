@@ -308,14 +308,14 @@ TEST(HostileCallers, OptimizersStayCorrectAfterSetWeight) {  // row 22
 
 TEST(HostileCallers, EnumsFromOutsideTheirRangeAreConfigErrors) {  // row 23
   EXPECT_THROW_WITH(Linear<float>(2, 2, {.init = static_cast<InitScheme>(42)}), ConfigError,
-                    "Linear: InitScheme 42 is not one of");
+                    "Linear: InitScheme(42) is out of range (known: pytorch_default,");
   EXPECT_THROW_WITH(FeedForward<float>(4, 8, static_cast<Activation>(7)), ConfigError,
-                    "FeedForward: Activation 7");
+                    "FeedForward: Activation(7) is out of range");
   Tensor<float, 2> w({2, 2});
   Generator generator(1);
   EXPECT_THROW_WITH(
       init_linear<float>(w.view(), std::nullopt, static_cast<InitScheme>(-1), generator),
-      ConfigError, "init_linear: InitScheme -1");
+      ConfigError, "init_linear: InitScheme(-1) is out of range");
 }
 
 TEST(HostileCallers, FusedQkvWidthThatOverflowsIsAnOverflowError) {  // row 16

@@ -7,10 +7,13 @@
 // the _into forms write into a caller's buffer, which may be the input: no allocation.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <ostream>
+#include <string_view>
 #include <type_traits>
 
+#include "dissect/detail/enum_check.hpp"
 #include "dissect/error.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
@@ -26,6 +29,13 @@ enum class Activation {
   gelu_tanh,  ///< x·½(1 + tanh(√(2/π)(x + 0.044715x³))): F.gelu(x, approximate='tanh'), GPT-2's
   silu,       ///< x·σ(x), also called swish: F.silu(x), LLaMA's
 };
+
+/// The enumerators' names, in order: what to_string prints and what an out-of-range value is
+/// checked against.
+namespace detail {
+inline constexpr std::array<std::string_view, 4> activation_names{"relu", "gelu", "gelu_tanh",
+                                                                  "silu"};
+}  // namespace detail
 
 /// GELU's two forms, named as PyTorch's `approximate` argument.
 enum class GeluApproximation { none, tanh };
@@ -96,49 +106,18 @@ using GELU = ActivationModule<Activation::gelu>;
 using GELUTanh = ActivationModule<Activation::gelu_tanh>;
 using SiLU = ActivationModule<Activation::silu>;
 
-/// The same, one function per activation.
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> relu(const Tensor<Scalar, Rank>& x);
-/// dx = dy where x > 0, else 0 (also at x = 0, as PyTorch).
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> relu_backward(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy);
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> gelu(const Tensor<Scalar, Rank>& x,
-                          GeluApproximation approximate = GeluApproximation::none);
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> gelu_backward(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy,
-                                   GeluApproximation approximate = GeluApproximation::none);
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> silu(const Tensor<Scalar, Rank>& x);
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> silu_backward(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy);
+/// The same, one function per activation (defined below, as function objects):
+///   relu(x), relu_backward(x, dy) — dx = dy where x > 0, else 0 (also at x = 0, as PyTorch);
+///   gelu(x, approximate = none), gelu_backward(x, dy, approximate = none); silu, silu_backward.
 
 // ---- implementation -----------------------------------------------------------------------------
 
 inline const char* to_string(Activation activation) {
-  switch (activation) {
-    case Activation::relu:
-      return "relu";
-    case Activation::gelu:
-      return "gelu";
-    case Activation::gelu_tanh:
-      return "gelu_tanh";
-    case Activation::silu:
-      return "silu";
-  }
-  return "unknown";
+  return detail::enum_name(activation, detail::activation_names).data();  // literals: terminated
 }
 
 inline Activation check_activation(const char* op, Activation activation) {
-  switch (activation) {
-    case Activation::relu:
-    case Activation::gelu:
-    case Activation::gelu_tanh:
-    case Activation::silu:
-      return activation;
-  }
-  throw ConfigError(detail::concat(op, ": Activation ", static_cast<int>(activation),
-                                   " is not one of relu, gelu, gelu_tanh, silu"));
+  return detail::check_enum(op, "Activation", activation, detail::activation_names);
 }
 
 inline std::ostream& operator<<(std::ostream& out, Activation activation) {
@@ -287,30 +266,22 @@ Tensor<scalar_of<X>, rank_of<X>> activate_backward(const X& x, const DY& dy,
   return dx;
 }
 
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> relu(const Tensor<Scalar, Rank>& x) {
-  return activate(x, Activation::relu);
-}
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> relu_backward(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy) {
+// One line each: activate / activate_backward with the activation fixed.
+inline constexpr auto relu = [](const auto& x) { return activate(x, Activation::relu); };
+inline constexpr auto relu_backward = [](const auto& x, const auto& dy) {
   return activate_backward(x, dy, Activation::relu);
-}
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> gelu(const Tensor<Scalar, Rank>& x, GeluApproximation approximate) {
+};
+inline constexpr auto gelu = [](const auto& x,
+                                GeluApproximation approximate = GeluApproximation::none) {
   return activate(x, detail::gelu_activation(approximate));
-}
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> gelu_backward(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy,
-                                   GeluApproximation approximate) {
+};
+inline constexpr auto gelu_backward = [](const auto& x, const auto& dy,
+                                         GeluApproximation approximate = GeluApproximation::none) {
   return activate_backward(x, dy, detail::gelu_activation(approximate));
-}
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> silu(const Tensor<Scalar, Rank>& x) {
-  return activate(x, Activation::silu);
-}
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> silu_backward(const Tensor<Scalar, Rank>& x, const Tensor<Scalar, Rank>& dy) {
+};
+inline constexpr auto silu = [](const auto& x) { return activate(x, Activation::silu); };
+inline constexpr auto silu_backward = [](const auto& x, const auto& dy) {
   return activate_backward(x, dy, Activation::silu);
-}
+};
 
 }  // namespace dissect

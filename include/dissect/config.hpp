@@ -16,6 +16,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "dissect/detail/enum_check.hpp"
 #include "dissect/error.hpp"
 #include "dissect/shape.hpp"
 
@@ -113,27 +114,6 @@ const Preset& find_preset(std::string_view name);
 // ---- implementation: enums ---------------------------------------------------------------------
 
 namespace detail {
-
-[[noreturn]] inline void throw_enum_out_of_range(std::string_view op, std::string_view type,
-                                                 long long raw,
-                                                 std::span<const std::string_view> names) {
-  std::string known;
-  for (std::string_view name : names) known += (known.empty() ? "" : ", ") + std::string(name);
-  throw ConfigError(concat(op, ": ", type, "(", raw, ") is out of range (known: ", known, ")"));
-}
-
-/// `value` if its underlying integer indexes `names` (enumerators are 0, 1, …, in the order of
-/// `names`), else ConfigError naming `type`, the value and the known names. constexpr so that
-/// dtype_bits and friends stay usable in constant expressions; the throw path is never constant.
-template <class Enum, std::size_t N>
-constexpr Enum check_enum(std::string_view op, std::string_view type, Enum value,
-                          const std::array<std::string_view, N>& names) {
-  const auto raw = static_cast<std::underlying_type_t<Enum>>(value);
-  if (raw < 0 || static_cast<std::size_t>(raw) >= N) {
-    throw_enum_out_of_range(op, type, static_cast<long long>(raw), names);
-  }
-  return value;
-}
 
 inline constexpr std::array<std::string_view, 2> positions_names{"learned", "rotary"};
 inline constexpr std::array<std::string_view, 2> norm_names{"layer_norm", "rms_norm"};

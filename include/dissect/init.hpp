@@ -6,12 +6,15 @@
 // same weights on every platform and compiler. The schemes follow PyTorch's names and bounds.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <type_traits>
 
+#include "dissect/detail/enum_check.hpp"
 #include "dissect/detail/portable_math.hpp"
 #include "dissect/tensor.hpp"
 
@@ -45,6 +48,14 @@ enum class InitScheme {
   xavier_normal,    ///< W ~ N(0, 2/(in+out)), b = 0
   zeros,            ///< W = 0, b = 0
 };
+
+/// The enumerators' names, in order: what to_string prints and what an out-of-range value is
+/// checked against.
+namespace detail {
+inline constexpr std::array<std::string_view, 6> init_scheme_names{
+    "pytorch_default", "kaiming_normal", "kaiming_uniform",
+    "xavier_uniform",  "xavier_normal",  "zeros"};
+}  // namespace detail
 
 const char* to_string(InitScheme scheme);
 
@@ -105,36 +116,11 @@ inline double Generator::normal() {
 }
 
 inline const char* to_string(InitScheme scheme) {
-  switch (scheme) {
-    case InitScheme::pytorch_default:
-      return "pytorch_default";
-    case InitScheme::kaiming_normal:
-      return "kaiming_normal";
-    case InitScheme::kaiming_uniform:
-      return "kaiming_uniform";
-    case InitScheme::xavier_uniform:
-      return "xavier_uniform";
-    case InitScheme::xavier_normal:
-      return "xavier_normal";
-    case InitScheme::zeros:
-      return "zeros";
-  }
-  return "unknown";
+  return detail::enum_name(scheme, detail::init_scheme_names).data();  // literals: terminated
 }
 
 inline InitScheme check_init_scheme(const char* op, InitScheme scheme) {
-  switch (scheme) {
-    case InitScheme::pytorch_default:
-    case InitScheme::kaiming_normal:
-    case InitScheme::kaiming_uniform:
-    case InitScheme::xavier_uniform:
-    case InitScheme::xavier_normal:
-    case InitScheme::zeros:
-      return scheme;
-  }
-  throw ConfigError(detail::concat(op, ": InitScheme ", static_cast<int>(scheme),
-                                   " is not one of pytorch_default, kaiming_normal, "
-                                   "kaiming_uniform, xavier_uniform, xavier_normal, zeros"));
+  return detail::check_enum(op, "InitScheme", scheme, detail::init_scheme_names);
 }
 
 template <WritableTensor X>

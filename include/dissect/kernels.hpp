@@ -41,14 +41,8 @@ template <class Scalar>
 void linear_backward_parameters(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scalar>& dy,
                                 MatrixRef<Scalar> dweight, std::optional<VectorMap<Scalar>> dbias);
 
-/// The oracles: the same contracts as above, as plain loops.
-template <class Scalar>
-void linear_forward_naive(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scalar>& weight,
-                          std::optional<ConstVectorMap<Scalar>> bias, MatrixRef<Scalar> y);
-template <class Scalar>
-void linear_backward_naive(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scalar>& weight,
-                           const ConstMatrixRef<Scalar>& dy, MatrixRef<Scalar> dx,
-                           MatrixRef<Scalar> dweight, std::optional<VectorMap<Scalar>> dbias);
+// The oracles, linear_forward_naive and linear_backward_naive, are defined below: the same
+// contracts as linear_forward and linear_backward, as plain loops.
 
 // ---- implementation -----------------------------------------------------------------------------
 
@@ -80,6 +74,7 @@ void linear_backward_parameters(const ConstMatrixRef<Scalar>& x, const ConstMatr
   if (dbias) *dbias += dy.colwise().sum().transpose();  // db += Σ_m dy
 }
 
+/// The oracle of linear_forward: the same contract, as a plain loop.
 template <class Scalar>
 void linear_forward_naive(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scalar>& weight,
                           std::optional<ConstVectorMap<Scalar>> bias, MatrixRef<Scalar> y) {
@@ -92,6 +87,7 @@ void linear_forward_naive(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<
   }
 }
 
+/// The oracle of linear_backward: the same contract, as plain loops.
 template <class Scalar>
 void linear_backward_naive(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scalar>& weight,
                            const ConstMatrixRef<Scalar>& dy, MatrixRef<Scalar> dx,

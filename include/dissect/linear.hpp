@@ -69,8 +69,8 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   TensorView<Scalar, 2> weight() { return weight_.view(); }
   ConstTensorView<Scalar, 2> weight() const { return weight_.cview(); }
   /// [out_features]. @throws Error if the layer was built without a bias.
-  TensorView<Scalar, 1> bias();
-  ConstTensorView<Scalar, 1> bias() const;
+  TensorView<Scalar, 1> bias() { return with_bias("bias", bias_).view(); }
+  ConstTensorView<Scalar, 1> bias() const { return with_bias("bias", bias_).cview(); }
   /// Copies new values into the parameter (the buffer keeps its address).
   /// @throws ShapeError naming the parameter if the shape is not [out, in] / [out].
   void set_weight(ConstTensorView<Scalar, 2> weight);
@@ -80,8 +80,10 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   TensorView<Scalar, 2> weight_grad() { return weight_grad_.view(); }
   ConstTensorView<Scalar, 2> weight_grad() const { return weight_grad_.cview(); }
   /// @throws Error if the layer was built without a bias.
-  TensorView<Scalar, 1> bias_grad();
-  ConstTensorView<Scalar, 1> bias_grad() const;
+  TensorView<Scalar, 1> bias_grad() { return with_bias("bias_grad", bias_grad_).view(); }
+  ConstTensorView<Scalar, 1> bias_grad() const {
+    return with_bias("bias_grad", bias_grad_).cview();
+  }
 
   /// Visits "weight" (and "bias") with their gradients: the module protocol.
   template <class Visitor>
@@ -124,6 +126,9 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   void backward_parameters(const X& x, const DY& dy);
 
  private:
+  /// `tensor` (bias_ or bias_grad_), or Error naming `name` for a layer built without a bias.
+  template <class T>
+  T& with_bias(const char* name, T& tensor) const;
   template <class X>
   static void check_scalar();
   template <std::size_t Rank>
@@ -212,27 +217,11 @@ Linear<Scalar>::Linear(Linear&& other) noexcept
       bias_grad_(std::move(other.bias_grad_)) {}
 
 template <class Scalar>
-TensorView<Scalar, 1> Linear<Scalar>::bias() {
-  if (!has_bias_) throw Error("Linear::bias: this layer was built with bias=false");
-  return bias_.view();
-}
-
-template <class Scalar>
-ConstTensorView<Scalar, 1> Linear<Scalar>::bias() const {
-  if (!has_bias_) throw Error("Linear::bias: this layer was built with bias=false");
-  return bias_.cview();
-}
-
-template <class Scalar>
-TensorView<Scalar, 1> Linear<Scalar>::bias_grad() {
-  if (!has_bias_) throw Error("Linear::bias_grad: this layer was built with bias=false");
-  return bias_grad_.view();
-}
-
-template <class Scalar>
-ConstTensorView<Scalar, 1> Linear<Scalar>::bias_grad() const {
-  if (!has_bias_) throw Error("Linear::bias_grad: this layer was built with bias=false");
-  return bias_grad_.cview();
+template <class T>
+T& Linear<Scalar>::with_bias(const char* name, T& tensor) const {
+  if (!has_bias_)
+    throw Error(detail::concat("Linear::", name, ": this layer was built with bias=false"));
+  return tensor;
 }
 
 template <class Scalar>
@@ -248,7 +237,7 @@ void Linear<Scalar>::set_weight(ConstTensorView<Scalar, 2> weight) {
 
 template <class Scalar>
 void Linear<Scalar>::set_bias(ConstTensorView<Scalar, 1> bias) {
-  if (!has_bias_) throw Error("Linear::set_bias: this layer was built with bias=false");
+  with_bias("set_bias", bias_);
   if (bias.shape() != bias_.shape()) {
     throw ShapeError(detail::concat("Linear::set_bias: bias must be [out_features] = [",
                                     out_features_, "], got ", format_shape(bias.shape())));

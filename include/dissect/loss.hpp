@@ -159,16 +159,26 @@ double cross_entropy_rows(const L& logits, std::span<const index_t> targets, Sca
 
 }  // namespace detail
 
+namespace detail {
+/// row(x, y, classes) for each row of logits [..., C] and out, after checking their shapes: the
+/// one loop of softmax_into and log_softmax_into.
+template <class L, class O, class Row>
+void for_each_logit_row(const char* op, const L& logits, O& out, Row&& row) {
+  check_same_shape_output(op, logits, out, "logits", "out");
+  const index_t classes = logits.shape().back();
+  const index_t rows = leading_count(logits.shape());
+  for (index_t n = 0; n < rows; ++n)
+    row(logits.data() + n * classes, out.data() + n * classes, classes);
+}
+}  // namespace detail
+
 template <TensorLike L, class Scalar, std::size_t Rank, WritableTensor O>
 void softmax_into(const L& logits, O&& out) {
-  detail::check_same_shape_output("softmax", logits, out, "logits", "out");
-  const index_t rows = leading_count(logits.shape()), classes = logits.dim(Rank - 1);
-  for (index_t n = 0; n < rows; ++n) {
-    const Scalar* x = logits.data() + n * classes;
-    Scalar* y = out.data() + n * classes;
-    const Scalar sum = detail::shifted_exp(x, detail::row_max(x, classes), classes, y);
-    for (index_t c = 0; c < classes; ++c) y[c] /= sum;
-  }
+  detail::for_each_logit_row(
+      "softmax", logits, out, [](const Scalar* x, Scalar* y, index_t classes) {
+        const Scalar sum = detail::shifted_exp(x, detail::row_max(x, classes), classes, y);
+        for (index_t c = 0; c < classes; ++c) y[c] /= sum;
+      });
 }
 
 template <TensorLike L, class Scalar, std::size_t Rank>
@@ -180,19 +190,17 @@ Tensor<Scalar, Rank> softmax(const L& logits) {
 
 template <TensorLike L, class Scalar, std::size_t Rank, WritableTensor O>
 void log_softmax_into(const L& logits, O&& out) {
-  detail::check_same_shape_output("log_softmax", logits, out, "logits", "out");
-  const index_t rows = leading_count(logits.shape()), classes = logits.dim(Rank - 1);
-  for (index_t n = 0; n < rows; ++n) {
-    const Scalar* x = logits.data() + n * classes;
-    Scalar* y = out.data() + n * classes;
-    const Scalar max = detail::row_max(x, classes);
-    Scalar sum = 0;
-    for (index_t c = 0; c < classes; ++c) sum += std::exp(x[c] - max);
-    // (x − max) − log Σ rather than x − (max + log Σ): the shifted value is exact (Sterbenz) for
-    // the logits near the max, which are the ones whose log-probabilities matter.
-    const Scalar log_sum = std::log(sum);
-    for (index_t c = 0; c < classes; ++c) y[c] = (x[c] - max) - log_sum;
-  }
+  detail::for_each_logit_row("log_softmax", logits, out,
+                             [](const Scalar* x, Scalar* y, index_t classes) {
+                               const Scalar max = detail::row_max(x, classes);
+                               Scalar sum = 0;
+                               for (index_t c = 0; c < classes; ++c) sum += std::exp(x[c] - max);
+                               // (x − max) − log Σ rather than x − (max + log Σ): the shifted value
+                               // is exact (Sterbenz) for the logits near the max, which are the
+                               // ones whose log-probabilities matter.
+                               const Scalar log_sum = std::log(sum);
+                               for (index_t c = 0; c < classes; ++c) y[c] = (x[c] - max) - log_sum;
+                             });
 }
 
 template <TensorLike L, class Scalar, std::size_t Rank>

@@ -100,6 +100,23 @@ class ParameterMethods {
   }
 };
 
+/// A module made of named member modules. Derived defines a private static
+/// visit_members(self, visit) that calls visit_child once per member (self is Derived or const
+/// Derived) and befriends ComposedModule; it gets for_each_parameter, zero_grad and
+/// parameter_count.
+template <class Derived>
+class ComposedModule : public ParameterMethods<Derived> {
+ public:
+  template <class Visitor>
+  void for_each_parameter(Visitor&& visit) {
+    Derived::visit_members(static_cast<Derived&>(*this), visit);
+  }
+  template <class Visitor>
+  void for_each_parameter(Visitor&& visit) const {
+    Derived::visit_members(static_cast<const Derived&>(*this), visit);
+  }
+};
+
 /// "0", "1", …: the names of positions in a Sequential or a layer stack, as stable views.
 std::string_view index_name(std::size_t index);
 
@@ -296,7 +313,7 @@ void backward_layer(Layer& layer, ConstTensorView<Scalar, Rank> x,
 }  // namespace detail
 
 template <class... Layers>
-class Sequential : public ParameterMethods<Sequential<Layers...>> {
+class Sequential : public ComposedModule<Sequential<Layers...>> {
   static_assert(sizeof...(Layers) >= 1, "dissect::Sequential needs at least one layer");
 
  public:
@@ -354,16 +371,14 @@ class Sequential : public ParameterMethods<Sequential<Layers...>> {
     backward_from<size - 1, false>(const_view(x), cache, const_view(dy));
   }
 
-  template <class Visitor>
-  void for_each_parameter(Visitor&& visit) {
-    visit_layers(*this, visit, std::make_index_sequence<size>{});
-  }
-  template <class Visitor>
-  void for_each_parameter(Visitor&& visit) const {
-    visit_layers(*this, visit, std::make_index_sequence<size>{});
-  }
+  // for_each_parameter, zero_grad, parameter_count: from ComposedModule.
 
  private:
+  friend class ComposedModule<Sequential>;
+  template <class Self, class Visitor>
+  static void visit_members(Self& self, Visitor& visit) {
+    visit_layers(self, visit, std::make_index_sequence<size>{});
+  }
   template <class Self, class Visitor, std::size_t... I>
   static void visit_layers(Self& self, Visitor& visit, std::index_sequence<I...>) {
     (visit_child(index_name(I), std::get<I>(self.layers_), visit), ...);
@@ -414,7 +429,7 @@ class Sequential : public ParameterMethods<Sequential<Layers...>> {
 };
 
 template <class Layer>
-class Stack : public ParameterMethods<Stack<Layer>> {
+class Stack : public ComposedModule<Stack<Layer>> {
  public:
   using scalar_type = typename Layer::scalar_type;
 
@@ -465,16 +480,17 @@ class Stack : public ParameterMethods<Stack<Layer>> {
     backward_impl<false>(const_view(x), cache, const_view(dy));
   }
 
-  template <class Visitor>
-  void for_each_parameter(Visitor&& visit) {
-    for (std::size_t i = 0; i < layers_.size(); ++i) visit_child(index_name(i), layers_[i], visit);
-  }
-  template <class Visitor>
-  void for_each_parameter(Visitor&& visit) const {
-    for (std::size_t i = 0; i < layers_.size(); ++i) visit_child(index_name(i), layers_[i], visit);
-  }
+  // for_each_parameter, zero_grad, parameter_count: from ComposedModule.
 
  private:
+  friend class ComposedModule<Stack>;
+  template <class Self, class Visitor>
+  static void visit_members(Self& self, Visitor& visit) {
+    for (std::size_t i = 0; i < self.layers_.size(); ++i) {
+      visit_child(index_name(i), self.layers_[i], visit);
+    }
+  }
+
   std::size_t checked_index(std::size_t index) const {
     if (index >= layers_.size()) {
       throw Error(detail::concat("Stack::at: index ", index, " is out of range (", layers_.size(),

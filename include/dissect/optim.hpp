@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
@@ -56,6 +57,18 @@ std::vector<ParameterRef<typename First::scalar_type>> parameters(First& first, 
 template <Module M>
 std::vector<ParameterRef<typename M::scalar_type>> parameters(std::vector<M>& modules);
 
+/// What an optimizer is built over: a list of references, or every parameter of a module
+/// (Adam<float> adam(model) or adam({parameter(w, dw, "w")})).
+template <class Scalar>
+struct ParameterList {
+  std::vector<ParameterRef<Scalar>> refs;
+
+  ParameterList(std::vector<ParameterRef<Scalar>> list) : refs(std::move(list)) {}  // NOLINT
+  ParameterList(std::initializer_list<ParameterRef<Scalar>> list) : refs(list) {}
+  template <Module M>
+  ParameterList(M& module) : refs(parameters_of(module)) {}  // NOLINT: implicit by design
+};
+
 /// What every optimizer offers. Not copyable: it holds references into other objects' buffers.
 template <class Scalar>
 class Optimizer {
@@ -80,7 +93,7 @@ class Optimizer {
  protected:
   /// @throws ShapeError for a negative size; Error for a null buffer or for buffers (values or
   ///         gradients, of any parameters) that overlap; ConfigError for a bad lr.
-  Optimizer(const char* name, std::vector<ParameterRef<Scalar>> parameters, double lr);
+  Optimizer(const char* name, ParameterList<Scalar> parameters, double lr);
   /// One state buffer per parameter, zero-filled, allocated once.
   std::vector<Tensor<Scalar, 1>> make_state() const;
 
@@ -105,10 +118,7 @@ class Sgd final : public Optimizer<Scalar> {
  public:
   /// @throws ConfigError for lr, momentum or weight_decay < 0, or nesterov without momentum or
   ///         with dampening; and as Optimizer for bad parameter references.
-  Sgd(std::vector<ParameterRef<Scalar>> parameters, SgdOptions options = {});
-  /// Over every parameter of `module`.
-  template <Module M>
-  explicit Sgd(M& module, SgdOptions options = {}) : Sgd(parameters_of(module), options) {}
+  Sgd(ParameterList<Scalar> parameters, SgdOptions options = {});
   void step() override;
   const SgdOptions& options() const { return options_; }
 
@@ -135,15 +145,12 @@ class Adam : public Optimizer<Scalar> {
  public:
   /// @throws ConfigError for lr, eps or weight_decay < 0 or betas outside [0, 1); and as
   ///         Optimizer for bad parameter references.
-  Adam(std::vector<ParameterRef<Scalar>> parameters, AdamOptions options = {});
-  /// Over every parameter of `module`.
-  template <Module M>
-  explicit Adam(M& module, AdamOptions options = {}) : Adam(parameters_of(module), options) {}
+  Adam(ParameterList<Scalar> parameters, AdamOptions options = {});
   void step() override;
   const AdamOptions& options() const { return options_; }
 
  protected:
-  Adam(const char* name, std::vector<ParameterRef<Scalar>> parameters, AdamOptions options);
+  Adam(const char* name, ParameterList<Scalar> parameters, AdamOptions options);
 
  private:
   AdamOptions options_;
@@ -164,10 +171,7 @@ struct AdamWOptions {
 template <class Scalar>
 class AdamW final : public Adam<Scalar> {
  public:
-  AdamW(std::vector<ParameterRef<Scalar>> parameters, AdamWOptions options = {});
-  /// Over every parameter of `module`.
-  template <Module M>
-  explicit AdamW(M& module, AdamWOptions options = {}) : AdamW(parameters_of(module), options) {}
+  AdamW(ParameterList<Scalar> parameters, AdamWOptions options = {});
 };
 
 template <Module M>
@@ -256,9 +260,8 @@ std::vector<ParameterRef<typename M::scalar_type>> parameters(std::vector<M>& mo
 }
 
 template <class Scalar>
-Optimizer<Scalar>::Optimizer(const char* name, std::vector<ParameterRef<Scalar>> parameters,
-                             double lr)
-    : name_(name), parameters_(std::move(parameters)), lr_(lr) {
+Optimizer<Scalar>::Optimizer(const char* name, ParameterList<Scalar> parameters, double lr)
+    : name_(name), parameters_(std::move(parameters.refs)), lr_(lr) {
   detail::check_hyperparameter(name_, "lr", lr, 0, detail::unbounded, false);
   // Every value and gradient range, tagged with its parameter, so that overlaps between any two
   // of them (a parameter listed twice, a gradient aliasing a value) can be named.
@@ -324,7 +327,7 @@ std::vector<Tensor<Scalar, 1>> Optimizer<Scalar>::make_state() const {
 // ---- SGD ----------------------------------------------------------------------------------------
 
 template <class Scalar>
-Sgd<Scalar>::Sgd(std::vector<ParameterRef<Scalar>> parameters, SgdOptions options)
+Sgd<Scalar>::Sgd(ParameterList<Scalar> parameters, SgdOptions options)
     : Optimizer<Scalar>("Sgd", std::move(parameters), options.lr), options_(options) {
   using detail::check_hyperparameter;
   using detail::unbounded;
@@ -391,12 +394,11 @@ void Sgd<Scalar>::step() {
 // ---- Adam and AdamW -----------------------------------------------------------------------------
 
 template <class Scalar>
-Adam<Scalar>::Adam(std::vector<ParameterRef<Scalar>> parameters, AdamOptions options)
+Adam<Scalar>::Adam(ParameterList<Scalar> parameters, AdamOptions options)
     : Adam("Adam", std::move(parameters), options) {}
 
 template <class Scalar>
-Adam<Scalar>::Adam(const char* name, std::vector<ParameterRef<Scalar>> parameters,
-                   AdamOptions options)
+Adam<Scalar>::Adam(const char* name, ParameterList<Scalar> parameters, AdamOptions options)
     : Optimizer<Scalar>(name, std::move(parameters), options.lr), options_(options) {
   using detail::check_hyperparameter;
   check_hyperparameter(name, "beta1", options.beta1, 0, 1, false);
@@ -444,7 +446,7 @@ void Adam<Scalar>::step() {
 }
 
 template <class Scalar>
-AdamW<Scalar>::AdamW(std::vector<ParameterRef<Scalar>> parameters, AdamWOptions options)
+AdamW<Scalar>::AdamW(ParameterList<Scalar> parameters, AdamWOptions options)
     : Adam<Scalar>("AdamW", std::move(parameters),
                    AdamOptions{.lr = options.lr,
                                .beta1 = options.beta1,
