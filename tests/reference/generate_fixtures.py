@@ -489,6 +489,90 @@ def generate_optim(root: Path):
 BLOCKS["optim"] = generate_optim
 
 
+# ---- norm: LayerNorm and RMSNorm ----------------------------------------------------------------
+
+
+def rms_norm(x, weight, eps):
+    # LLaMA's RMSNorm as Hugging Face's LlamaRMSNorm computes it, but in the input precision (HF
+    # upcasts half precision to float32; float32 and float64 stay as they are here).
+    variance = x.pow(2).mean(-1, keepdim=True)
+    return weight * (x * torch.rsqrt(variance + eps))
+
+
+NORM_KINDS = {"layer_norm": 1e-5, "rms_norm": 1e-6}  # kind: eps (GPT-2's, LLaMA's)
+
+# (leading shape, D, scale tag, constant row). Ranks 1-3; D = 1 (LayerNorm's y is then β alone),
+# 7 and 64; a constant row (zero variance, rstd = 1/sqrt(eps)) at scale 1 and at 1e3; scales 1e3
+# and 1e-3 (where 1e-3² is near eps: the eps term matters). The row index is in the leading axes
+# folded to one.
+NORM_CASES = [
+    ((), 7, None, None),
+    ((), 64, None, None),
+    ((3,), 1, None, None),
+    ((5,), 7, None, 2),
+    ((2,), 64, None, 1),
+    ((2, 3), 7, None, None),
+    ((2, 3), 1, None, None),
+    ((4,), 7, "1e3", 0),
+    ((4,), 7, "1e-3", None),
+]
+
+
+def norm_case_name(prefix, kind, lead, d, scale_tag, constant_row):
+    lead_tag = "lead" + "x".join(str(n) for n in lead) if lead else "nolead"
+    name = f"{prefix}_{kind}_{lead_tag}_d{d}"
+    if scale_tag:
+        name += f"_scale{scale_tag}"
+    return name + ("_constrow" if constant_row is not None else "")
+
+
+def norm_fixture(kind, lead, d, scale_tag, constant_row, dtype):
+    # Drawn in float64 from a dtype-free seed: the f32 case is the f64 case rounded.
+    torch.manual_seed(seed_for("norm" + norm_case_name("", kind, lead, d, scale_tag, constant_row)))
+    eps = NORM_KINDS[kind]
+    scale = float(scale_tag) if scale_tag else 1.0
+    # An offset per row, so LayerNorm's mean is not ~0 and the centring is exercised.
+    x = (torch.randn(*lead, d, dtype=torch.float64) + torch.randn(*lead, 1, dtype=torch.float64))
+    if constant_row is not None:
+        x.view(-1, d)[constant_row] = 0.75
+    x = (x * scale).to(dtype).requires_grad_(True)
+    weight = (1 + 0.5 * torch.randn(d, dtype=torch.float64)).to(dtype).requires_grad_(True)
+    bias = (0.5 * torch.randn(d, dtype=torch.float64)).to(dtype).requires_grad_(True)
+    dy = torch.randn(*lead, d, dtype=torch.float64).to(dtype)
+    if kind == "layer_norm":
+        y = torch.nn.functional.layer_norm(x, (d,), weight, bias, eps)
+    else:
+        y = rms_norm(x, weight, eps)
+    (y * dy).sum().backward()
+    tensors = {"x": x, "weight": weight}
+    if kind == "layer_norm":
+        tensors["bias"] = bias
+    tensors.update({"y": y, "dy": dy, "dx": x.grad, "dweight": weight.grad})
+    if kind == "layer_norm":
+        tensors["dbias"] = bias.grad
+    meta = {"kind": kind, "d_model": d, "eps": repr(eps), "rank": len(lead) + 1}
+    if scale_tag:
+        meta["scale"] = scale_tag
+    if constant_row is not None:
+        meta["constant_row"] = constant_row
+    return meta, {k: v.detach() for k, v in tensors.items()}
+
+
+def generate_norm(root: Path):
+    written = {}
+    for kind in NORM_KINDS:
+        for lead, d, scale_tag, constant_row in NORM_CASES:
+            for prefix, dtype in DTYPES.items():
+                name = norm_case_name(prefix, kind, lead, d, scale_tag, constant_row)
+                meta, tensors = norm_fixture(kind, lead, d, scale_tag, constant_row, dtype)
+                path = root / "norm" / f"{name}.txt"
+                written[path] = write_fixture(path, name, dtype, meta, tensors)
+    return written
+
+
+BLOCKS["norm"] = generate_norm
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("blocks", nargs="*", metavar="block",
