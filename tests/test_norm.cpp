@@ -271,14 +271,21 @@ TEST(RMSNorm, FiniteDifferencesOnEveryElement) {
 
 // ---- training behaviour -------------------------------------------------------------------------
 
-TEST(LayerNorm, GradientsAccumulateUntilZeroGrad) {
-  std::mt19937_64 engine(7);
-  LayerNorm<double> norm(4);
-  const auto x = random_tensor<double>(Shape<2>{3, 4}, engine);
-  const auto dy = random_tensor<double>(Shape<2>{3, 4}, engine);
+/// A LayerNorm after one forward(x, cache) and one backward(x, cache, dy).
+class LayerNormAfterBackward : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    norm.forward(x, cache);
+    norm.backward(x, cache, dy);
+  }
+  std::mt19937_64 engine{7};
+  LayerNorm<double> norm{4};
+  Tensor<double, 2> x = random_tensor<double>(Shape<2>{3, 4}, engine);
+  Tensor<double, 2> dy = random_tensor<double>(Shape<2>{3, 4}, engine);
   LayerNorm<double>::Cache cache;
-  norm.forward(x, cache);
-  norm.backward(x, cache, dy);
+};
+
+TEST_F(LayerNormAfterBackward, GradientsAccumulateUntilZeroGrad) {
   const auto once_w = testing::snapshot(norm.weight_grad());
   const auto once_b = testing::snapshot(norm.bias_grad());
   norm.backward(x, cache, dy);
@@ -423,13 +430,7 @@ TEST(NormErrors, WrongInputWidthNamesOpAndBothShapes) {
   EXPECT_THROW_WITH(rms.backward(x, cache, x), ShapeError, "RMSNorm::backward: input last dim 3");
 }
 
-TEST(NormErrors, BackwardChecksDyAndCacheAndLeavesGradientsAlone) {
-  std::mt19937_64 engine(9);
-  LayerNorm<double> norm(4);
-  const auto x = random_tensor<double>(Shape<2>{3, 4}, engine);
-  LayerNorm<double>::Cache cache;
-  norm.forward(x, cache);
-  norm.backward(x, cache, x);
+TEST_F(LayerNormAfterBackward, FailedBackwardChecksDyAndCacheAndLeavesGradientsAlone) {
   const auto weight_grad = testing::snapshot(norm.weight_grad());
   const auto bias_grad = testing::snapshot(norm.bias_grad());
   const Tensor<double, 2> wide_dy({3, 5}), short_dy({2, 4});

@@ -133,6 +133,10 @@ class Normalization : public ParameterMethods<Normalization<Scalar, kind>> {
   static void check_scalar();
   template <std::size_t Rank>
   void check_input(const char* op, const ConstTensorView<Scalar, Rank>& x) const;
+  /// check_input, and that `what` (dy, an output) has x's shape.
+  template <std::size_t Rank>
+  void check_like_x(const char* op, const char* what, const Shape<Rank>& shape,
+                    const ConstTensorView<Scalar, Rank>& x) const;
   void copy_parameter(const char* which, ConstTensorView<Scalar, 1> source,
                       Tensor<Scalar, 1>& target);
   /// The row loop of every forward: y = normalise(x)·γ + β; stores mean and rstd when given.
@@ -235,6 +239,18 @@ void Normalization<Scalar, kind>::check_input(const char* op,
 }
 
 template <class Scalar, Norm kind>
+template <std::size_t Rank>
+void Normalization<Scalar, kind>::check_like_x(const char* op, const char* what,
+                                               const Shape<Rank>& shape,
+                                               const ConstTensorView<Scalar, Rank>& x) const {
+  check_input(op, x);
+  if (shape != x.shape()) {
+    throw ShapeError(detail::concat(name, "::", op, ": ", what, " has shape ", format_shape(shape),
+                                    " but x has shape ", format_shape(x.shape())));
+  }
+}
+
+template <class Scalar, Norm kind>
 void Normalization<Scalar, kind>::normalize_rows(ConstMatrixMap<Scalar> x, MatrixMap<Scalar> y,
                                                  double* mean, double* rstd) const {
   const index_t rows = x.rows(), width = d_model_;
@@ -289,12 +305,7 @@ void Normalization<Scalar, kind>::forward_into(const X& x, Y&& y) const {
   check_scalar<Y>();
   const auto input = const_view(x);
   const auto output = writable_view(y);
-  check_input("forward_into", input);
-  if (output.shape() != input.shape()) {
-    throw ShapeError(detail::concat(name, "::forward_into: output has shape ",
-                                    format_shape(output.shape()), " but x has shape ",
-                                    format_shape(input.shape())));
-  }
+  check_like_x("forward_into", "output", output.shape(), input);
   // A row's statistics are read from x before its y is written, but y overlapping another row
   // of x (or γ, β) would be read after being overwritten.
   const auto refuse = [&](const char* own, const auto& buffer) {
@@ -320,12 +331,7 @@ Tensor<Scalar, rank_of<X>> Normalization<Scalar, kind>::backward(const X& x, con
   check_scalar<DY>();
   const auto input = const_view(x);
   const auto upstream = const_view(dy);
-  check_input("backward", input);
-  if (upstream.shape() != input.shape()) {
-    throw ShapeError(detail::concat(name, "::backward: dy has shape ",
-                                    format_shape(upstream.shape()), " but x has shape ",
-                                    format_shape(input.shape())));
-  }
+  check_like_x("backward", "dy", upstream.shape(), input);
   const index_t rows = leading_count(input.shape()), width = d_model_;
   const bool cache_fits = std::equal(cache.shape.begin(), cache.shape.end(), input.shape().begin(),
                                      input.shape().end()) &&

@@ -112,6 +112,19 @@ def seed_for(name: str) -> int:
     return zlib.crc32(name.encode("utf-8"))
 
 
+def generate_cases(root: Path, block: str, cases, case_name, make_fixture) -> dict:
+    """Writes each case in every dtype: case_name(prefix, *case) names the file and
+    make_fixture(*case, dtype) returns its (meta, tensors)."""
+    written = {}
+    for case in cases:
+        for prefix, dtype in DTYPES.items():
+            name = case_name(prefix, *case)
+            meta, tensors = make_fixture(*case, dtype)
+            path = root / block / f"{name}.txt"
+            written[path] = write_fixture(path, name, dtype, meta, tensors)
+    return written
+
+
 # ---- Linear -------------------------------------------------------------------------------------
 
 
@@ -191,14 +204,7 @@ def linear_fixture(lead, in_f, out_f, bias, scale_tag, dtype):
 
 
 def generate_linear(root: Path):
-    written = {}
-    for lead, in_f, out_f, bias, scale_tag in LINEAR_CASES:
-        for prefix, dtype in DTYPES.items():
-            name = linear_case_name(prefix, lead, in_f, out_f, bias, scale_tag)
-            meta, tensors = linear_fixture(lead, in_f, out_f, bias, scale_tag, dtype)
-            path = root / "linear" / f"{name}.txt"
-            written[path] = write_fixture(path, name, dtype, meta, tensors)
-    return written
+    return generate_cases(root, "linear", LINEAR_CASES, linear_case_name, linear_fixture)
 
 
 # ---- blocks: activations and the transformer's linear blocks -----------------------------------
@@ -405,14 +411,7 @@ def loss_fixture(n, c, scale_tag, layout, dtype):
 
 
 def generate_loss(root: Path):
-    written = {}
-    for n, c, scale_tag, layout in LOSS_CASES:
-        for prefix, dtype in DTYPES.items():
-            name = loss_case_name(prefix, n, c, scale_tag, layout)
-            meta, tensors = loss_fixture(n, c, scale_tag, layout, dtype)
-            path = root / "loss" / f"{name}.txt"
-            written[path] = write_fixture(path, name, dtype, meta, tensors)
-    return written
+    return generate_cases(root, "loss", LOSS_CASES, loss_case_name, loss_fixture)
 
 
 BLOCKS["loss"] = generate_loss
@@ -559,15 +558,8 @@ def norm_fixture(kind, lead, d, scale_tag, constant_row, dtype):
 
 
 def generate_norm(root: Path):
-    written = {}
-    for kind in NORM_KINDS:
-        for lead, d, scale_tag, constant_row in NORM_CASES:
-            for prefix, dtype in DTYPES.items():
-                name = norm_case_name(prefix, kind, lead, d, scale_tag, constant_row)
-                meta, tensors = norm_fixture(kind, lead, d, scale_tag, constant_row, dtype)
-                path = root / "norm" / f"{name}.txt"
-                written[path] = write_fixture(path, name, dtype, meta, tensors)
-    return written
+    cases = [(kind, *case) for kind in NORM_KINDS for case in NORM_CASES]
+    return generate_cases(root, "norm", cases, norm_case_name, norm_fixture)
 
 
 BLOCKS["norm"] = generate_norm
