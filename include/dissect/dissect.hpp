@@ -16,6 +16,7 @@
 #include "dissect/linear.hpp"
 #include "dissect/loss.hpp"
 #include "dissect/model_shape.hpp"
+#include "dissect/norm.hpp"
 #include "dissect/optim.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/shape_chain.hpp"
