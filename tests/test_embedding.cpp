@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "support/fixture.hpp"
+#include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"
 
@@ -201,38 +201,22 @@ class EmbeddingTyped : public ::testing::Test {};
 using Scalars = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(EmbeddingTyped, Scalars);
 
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> tensor_from(const testing::FixtureTensor& source) {
-  if (source.rank() != static_cast<std::int64_t>(Rank))
-    throw std::runtime_error("fixture tensor has another rank");
-  Shape<Rank> shape{};
-  std::copy(source.shape.begin(), source.shape.end(), shape.begin());
-  return Tensor<Scalar, Rank>(shape,
-                              std::vector<Scalar>(source.values.begin(), source.values.end()));
-}
-
 TYPED_TEST(EmbeddingTyped, AgreeWithTorchNnEmbeddingByTokenAndByPosition) {
   using Scalar = TypeParam;
-  const std::string prefix = std::is_same_v<Scalar, float> ? "f32_" : "f64_";
-  int cases = 0;
-  for (const auto& path : testing::list_fixtures(testing::fixture_dir("embedding"))) {
-    if (path.filename().string().rfind(prefix, 0) != 0) continue;
-    ++cases;
-    SCOPED_TRACE(path.filename().string());
-    const auto fixture = testing::read_fixture(path);
+  const auto check = [](const testing::Fixture& fixture) {
     const index_t batch = fixture.meta_int("B"), seq = fixture.meta_int("T");
     const index_t offset = fixture.meta_int("offset");
     const auto& id_values = fixture.tensor("ids").values;
     const Ids ids(id_values.begin(), id_values.end());
-    Embedding<Scalar> layer(tensor_from<Scalar, 2>(fixture.tensor("weight")));
-    const auto dy = tensor_from<Scalar, 3>(fixture.tensor("dy"));
+    Embedding<Scalar> layer(testing::tensor_from<Scalar, 2>(fixture.tensor("weight")));
+    const auto dy = testing::tensor_from<Scalar, 3>(fixture.tensor("dy"));
 
     // A lookup copies: exactly torch's values.
     const TokenBatch tokens{ids, batch, seq};
-    const auto y_torch = tensor_from<Scalar, 3>(fixture.tensor("y"));
-    const auto y_pos_torch = tensor_from<Scalar, 2>(fixture.tensor("y_pos"));
-    const auto dweight_torch = tensor_from<Scalar, 2>(fixture.tensor("dweight"));
-    const auto dweight_pos_torch = tensor_from<Scalar, 2>(fixture.tensor("dweight_pos"));
+    const auto y_torch = testing::tensor_from<Scalar, 3>(fixture.tensor("y"));
+    const auto y_pos_torch = testing::tensor_from<Scalar, 2>(fixture.tensor("y_pos"));
+    const auto dweight_torch = testing::tensor_from<Scalar, 2>(fixture.tensor("dweight"));
+    const auto dweight_pos_torch = testing::tensor_from<Scalar, 2>(fixture.tensor("dweight_pos"));
     EXPECT_TENSOR_EQ(layer.forward(tokens), y_torch);
     EXPECT_TENSOR_EQ(layer.forward_positions(seq, offset), y_pos_torch);
 
@@ -254,8 +238,8 @@ TYPED_TEST(EmbeddingTyped, AgreeWithTorchNnEmbeddingByTokenAndByPosition) {
     const auto position_bound =
         bound_for([&](auto& m, const auto& a) { m.backward_positions(a, offset); });
     EXPECT_TENSOR_WITHIN(layer.weight_grad(), dweight_pos_torch, position_bound);
-  }
-  EXPECT_GE(cases, 2);
+  };
+  EXPECT_EQ(testing::for_each_fixture<Scalar>("embedding", check), 2);
 }
 
 // ---- bad input ----------------------------------------------------------------------------------

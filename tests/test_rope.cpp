@@ -13,7 +13,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "support/fixture.hpp"
+#include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"
 
@@ -92,34 +92,21 @@ TEST(Rope, TableHoldsCosAndSinOfTheDoubleAngleRoundedOnce) {
 
 // ---- PyTorch fixtures ---------------------------------------------------------------------------
 
-template <class Scalar>
-Tensor<Scalar, 4> tensor4_from(const testing::FixtureTensor& source) {
-  if (source.rank() != 4) throw std::runtime_error("fixture tensor is not rank 4");
-  const Shape<4> shape{source.shape[0], source.shape[1], source.shape[2], source.shape[3]};
-  return Tensor<Scalar, 4>(shape, std::vector<Scalar>(source.values.begin(), source.values.end()));
-}
-
 TYPED_TEST(RopeTyped, AgreeWithHuggingFaceLlamaRotaryEmbeddingAndAutograd) {
   using Scalar = TypeParam;
-  const std::string prefix = std::is_same_v<Scalar, float> ? "f32_" : "f64_";
-  int cases = 0;
-  for (const auto& path : testing::list_fixtures(testing::fixture_dir("rope"))) {
-    if (path.filename().string().rfind(prefix, 0) != 0) continue;
-    ++cases;
-    SCOPED_TRACE(path.filename().string());
-    const auto fixture = testing::read_fixture(path);
+  const auto check = [](const testing::Fixture& fixture) {
     const index_t offset = fixture.meta_int("offset");
-    const auto x = tensor4_from<Scalar>(fixture.tensor("x"));
-    const auto y_torch = tensor4_from<Scalar>(fixture.tensor("y"));
-    const auto dy = tensor4_from<Scalar>(fixture.tensor("dy"));
-    const auto dx_torch = tensor4_from<Scalar>(fixture.tensor("dx"));
+    const auto x = testing::tensor_from<Scalar, 4>(fixture.tensor("x"));
+    const auto y_torch = testing::tensor_from<Scalar, 4>(fixture.tensor("y"));
+    const auto dy = testing::tensor_from<Scalar, 4>(fixture.tensor("dy"));
+    const auto dx_torch = testing::tensor_from<Scalar, 4>(fixture.tensor("dx"));
     const RotaryTable<Scalar> table(fixture.meta_int("d_k"), offset + fixture.meta_int("T"),
                                     static_cast<double>(fixture.meta_int("theta")));
     EXPECT_TENSOR_WITHIN(apply_rope(x, offset, table), y_torch, rotation_bound(x.view(), offset));
     EXPECT_TENSOR_WITHIN(rope_backward(dy, offset, table), dx_torch,
                          rotation_bound(dy.view(), offset));
-  }
-  EXPECT_EQ(cases, 6);
+  };
+  EXPECT_EQ(testing::for_each_fixture<Scalar>("rope", check), 6);
 }
 
 // ---- finite differences -------------------------------------------------------------------------

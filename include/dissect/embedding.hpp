@@ -114,7 +114,12 @@ class Embedding : public ParameterMethods<Embedding<Scalar>> {
   template <class X>
   static void check_scalar();
   void check_tokens(const char* op, const TokenBatch& tokens) const;
+  /// check_tokens, then `name` (output y or dy) must be [B, T, D].
+  void check_batch(const char* op, const TokenBatch& tokens, const char* name,
+                   const Shape<3>& shape) const;
   void check_positions(const char* op, index_t seq, index_t offset) const;
+  /// y[b, t] = weight[ids[b·T + t]]. Unchecked: callers check first.
+  void lookup(const TokenBatch& tokens, const TensorView<Scalar, 3>& y) const;
   void check_not_grad(const char* op, const char* name, const ConstTensorView<Scalar, 3>& x) const;
   /// dy: [B, T, D]; adds dy[b, t] to weight_grad[ids[b·T + t]], or to weight_grad[first + t]
   /// when ids is null. Unchecked: callers check first.
@@ -217,6 +222,18 @@ void Embedding<Scalar>::check_tokens(const char* op, const TokenBatch& tokens) c
 }
 
 template <class Scalar>
+void Embedding<Scalar>::check_batch(const char* op, const TokenBatch& tokens, const char* name,
+                                    const Shape<3>& shape) const {
+  check_tokens(op, tokens);
+  const Shape<3> expected{tokens.batch, tokens.seq, embedding_dim()};
+  if (shape != expected) {
+    throw ShapeError(detail::concat("Embedding::", op, ": ", name, " has shape ",
+                                    format_shape(shape), " but tokens [B, T] = [", tokens.batch,
+                                    ", ", tokens.seq, "] give ", format_shape(expected)));
+  }
+}
+
+template <class Scalar>
 void Embedding<Scalar>::check_positions(const char* op, index_t seq, index_t offset) const {
   if (seq < 0) {
     throw ShapeError(detail::concat("Embedding::", op, ": T must be >= 0, got ", seq));
@@ -244,7 +261,7 @@ template <class Scalar>
 Tensor<Scalar, 3> Embedding<Scalar>::forward(TokenBatch tokens) const {
   check_tokens("forward", tokens);
   auto y = Tensor<Scalar, 3>::uninitialized({tokens.batch, tokens.seq, embedding_dim()});
-  forward_into(tokens, y);
+  lookup(tokens, y.view());
   return y;
 }
 
@@ -253,23 +270,21 @@ template <WritableTensor Y>
 void Embedding<Scalar>::forward_into(TokenBatch tokens, Y&& y) const {
   check_scalar<Y>();
   const auto output = writable_view(y);
-  check_tokens("forward_into", tokens);
-  const Shape<3> expected{tokens.batch, tokens.seq, embedding_dim()};
-  if (output.shape() != expected) {
-    throw ShapeError(detail::concat("Embedding::forward_into: output has shape ",
-                                    format_shape(output.shape()), " but tokens [B, T] = [",
-                                    tokens.batch, ", ", tokens.seq, "] give ",
-                                    format_shape(expected)));
-  }
+  check_batch("forward_into", tokens, "output", output.shape());
   if (output.overlaps(weight_.cview()) || output.overlaps(weight_grad_.cview())) {
     throw ShapeError(detail::concat(
         "Embedding::forward_into: output ", format_shape(output.shape()),
         " aliases the layer's weight or weight_grad ", format_shape(weight_.shape())));
   }
+  lookup(tokens, output);
+}
+
+template <class Scalar>
+void Embedding<Scalar>::lookup(const TokenBatch& tokens, const TensorView<Scalar, 3>& y) const {
   const index_t width = embedding_dim();
   for (std::size_t i = 0; i < tokens.ids.size(); ++i) {
     std::copy_n(weight_.data() + tokens.ids[i] * width, width,
-                output.data() + static_cast<index_t>(i) * width);
+                y.data() + static_cast<index_t>(i) * width);
   }
 }
 
@@ -291,14 +306,7 @@ void Embedding<Scalar>::backward(TokenBatch tokens, const DY& dy) {
   check_scalar<DY>();
   static_assert(rank_of<DY> == 3, "dissect::Embedding::backward: dy is [B, T, D]");
   const auto upstream = const_view(dy);
-  check_tokens("backward", tokens);
-  const Shape<3> expected{tokens.batch, tokens.seq, embedding_dim()};
-  if (upstream.shape() != expected) {
-    throw ShapeError(detail::concat("Embedding::backward: dy has shape ",
-                                    format_shape(upstream.shape()), " but tokens [B, T] = [",
-                                    tokens.batch, ", ", tokens.seq, "] give ",
-                                    format_shape(expected)));
-  }
+  check_batch("backward", tokens, "dy", upstream.shape());
   check_not_grad("backward", "dy", upstream);
   scatter_add(tokens.ids.data(), 0, upstream);
 }

@@ -68,25 +68,26 @@ class RotaryTable {
 template <TensorLike X>
 Tensor<scalar_of<X>, 4> apply_rope(const X& x, index_t offset,
                                    const RotaryTable<scalar_of<X>>& table);
-/// As above with a table built for this call alone (offset + T positions of `theta`): the trig is
-/// recomputed every call, so build a RotaryTable for repeated use.
-template <TensorLike X>
-Tensor<scalar_of<X>, 4> apply_rope(const X& x, index_t offset = 0,
-                                   double theta = default_rope_theta);
-/// As apply_rope, into y [B, H, T, d_k]. y may be x itself (in place); any other overlap is a
-/// ShapeError, as is a shape other than x's.
-template <TensorLike X, WritableTensor Y>
-void apply_rope_into(const X& x, Y&& y, index_t offset, const RotaryTable<scalar_of<X>>& table);
-
 /// dy: [B, H, T, d_k] → dx = R(−(offset + t)·θ)·dy, the gradient of apply_rope (its transpose,
 /// which for a rotation is its inverse). @throws as apply_rope.
 template <TensorLike DY>
 Tensor<scalar_of<DY>, 4> rope_backward(const DY& dy, index_t offset,
                                        const RotaryTable<scalar_of<DY>>& table);
+
+/// Both with a table built for this call alone (offset + T positions of `theta`): the trig is
+/// recomputed every call, so build a RotaryTable for repeated use.
+template <TensorLike X>
+Tensor<scalar_of<X>, 4> apply_rope(const X& x, index_t offset = 0,
+                                   double theta = default_rope_theta);
 template <TensorLike DY>
 Tensor<scalar_of<DY>, 4> rope_backward(const DY& dy, index_t offset = 0,
                                        double theta = default_rope_theta);
-/// As rope_backward, into dx (which may be dy itself). @throws as apply_rope_into.
+
+/// Both into a caller's buffer [B, H, T, d_k], whose old values are never read. It may be the
+/// input itself (in place); any other overlap is a ShapeError, as is a shape other than the
+/// input's. @throws as apply_rope otherwise.
+template <TensorLike X, WritableTensor Y>
+void apply_rope_into(const X& x, Y&& y, index_t offset, const RotaryTable<scalar_of<X>>& table);
 template <TensorLike DY, WritableTensor DX>
 void rope_backward_into(const DY& dy, DX&& dx, index_t offset,
                         const RotaryTable<scalar_of<DY>>& table);

@@ -522,16 +522,23 @@ def embedding_fixture(V, D, B, T, ids, offset, dtype, seed):
     return meta, {k: v.detach() for k, v in tensors.items()}
 
 
-def generate_embedding(root: Path):
+def generate_cases(root: Path, block: str, cases):
+    """One fixture per dtype for each (base name, make(dtype, seed) -> (meta, tensors)). Each is
+    seeded by its dtype-free name, so the f32 case holds the f64 case's draws rounded."""
     written = {}
-    for base, V, D, B, T, ids, offset in EMBEDDING_CASES:
+    for base, make in cases:
         for prefix, dtype in DTYPES.items():
             name = f"{prefix}_{base}"
-            meta, tensors = embedding_fixture(V, D, B, T, ids, offset, dtype,
-                                              seed_for("embedding_" + base))
-            path = root / "embedding" / f"{name}.txt"
+            meta, tensors = make(dtype, seed_for(block + "_" + base))
+            path = root / block / f"{name}.txt"
             written[path] = write_fixture(path, name, dtype, meta, tensors)
     return written
+
+
+def generate_embedding(root: Path):
+    return generate_cases(root, "embedding", [
+        (base, lambda dtype, seed, c=case: embedding_fixture(*c, dtype, seed))
+        for base, *case in EMBEDDING_CASES])
 
 
 BLOCKS["embedding"] = generate_embedding
@@ -588,16 +595,10 @@ def rope_fixture(B, H, T, d_k, theta, offset, dtype, seed):
 
 
 def generate_rope(root: Path):
-    written = {}
-    for B, H, T, d_k, theta, offset in ROPE_CASES:
-        base = f"B{B}_H{H}_T{T}_dk{d_k}_theta{theta}_offset{offset}"
-        for prefix, dtype in DTYPES.items():
-            name = f"{prefix}_{base}"
-            meta, tensors = rope_fixture(B, H, T, d_k, theta, offset, dtype,
-                                         seed_for("rope_" + base))
-            path = root / "rope" / f"{name}.txt"
-            written[path] = write_fixture(path, name, dtype, meta, tensors)
-    return written
+    return generate_cases(root, "rope", [
+        (f"B{B}_H{H}_T{T}_dk{d_k}_theta{theta}_offset{offset}",
+         lambda dtype, seed, c=(B, H, T, d_k, theta, offset): rope_fixture(*c, dtype, seed))
+        for B, H, T, d_k, theta, offset in ROPE_CASES])
 
 
 BLOCKS["rope"] = generate_rope
