@@ -198,8 +198,7 @@ TEST(EmbeddingGradients, MatchFiniteDifferences) {
 
 template <class Scalar>
 class EmbeddingTyped : public ::testing::Test {};
-using Scalars = ::testing::Types<float, double>;
-TYPED_TEST_SUITE(EmbeddingTyped, Scalars);
+TYPED_TEST_SUITE(EmbeddingTyped, testing::FloatAndDouble);
 
 TYPED_TEST(EmbeddingTyped, AgreeWithTorchNnEmbeddingByTokenAndByPosition) {
   using Scalar = TypeParam;

@@ -25,8 +25,7 @@ using testing::snapshot;
 
 template <class Scalar>
 class RopeTyped : public ::testing::Test {};
-using Scalars = ::testing::Types<float, double>;
-TYPED_TEST_SUITE(RopeTyped, Scalars);
+TYPED_TEST_SUITE(RopeTyped, testing::FloatAndDouble);
 
 /// Per-element bound on |rope(x) − exact| + |reference − exact| for two implementations that
 /// each round θ_i, the angle p·θ_i (relative error a few u, so an absolute error ~ p·u), cos and
