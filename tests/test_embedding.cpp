@@ -260,6 +260,7 @@ TEST(EmbeddingErrors, TokenOutsideTheVocabularyNamesBatchPositionAndId) {
   // backward checks every id before adding any row: the valid ids before it add nothing.
   EXPECT_THROW_WITH(layer.backward({ids, 2, 4}, Tensor<float, 3>({2, 4, 2})), Error,
                     "Embedding::backward: token -1 at [0, 2]");
+  for (float v : layer.weight_grad()) EXPECT_EQ(v, 0.0f);  // not even the rows before it
 }
 
 TEST(EmbeddingErrors, WrongCountsAndShapesAreShapeErrorsAndLeaveTheGradientAlone) {
