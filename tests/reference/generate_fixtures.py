@@ -563,6 +563,119 @@ def generate_norm(root: Path):
 
 
 BLOCKS["norm"] = generate_norm
+# ---- embedding: nn.Embedding by token and by position -------------------------------------------
+
+# (name, V, D, B, T, ids or None for random, position offset). Ids repeat within and across
+# sequences, so the weight gradient must accumulate several rows into one; the positions are
+# GPT-2's wpe(arange(offset, offset + T)) broadcast over the batch.
+EMBEDDING_CASES = [
+    ("V11_D6_B2_T5", 11, 6, 2, 5, [[3, 7, 3, 0, 10], [7, 7, 1, 3, 10]], 0),
+    ("V13_D4_B3_T4_offset5", 13, 4, 3, 4, None, 5),
+]
+
+
+def embedding_fixture(V, D, B, T, ids, offset, dtype, seed):
+    torch.manual_seed(seed)
+    table = torch.nn.Embedding(V, D, dtype=torch.float64).to(dtype)
+    if ids is None:
+        ids = torch.randint(0, V, (B, T))
+    ids = torch.as_tensor(ids, dtype=torch.int64)
+    dy = randn(B, T, D, dtype=dtype)
+    y = table(ids)
+    (y * dy).sum().backward()
+    dweight = table.weight.grad.clone()
+    table.weight.grad = None
+    # Positions, as GPT-2's forward adds them: wpe(pos) is [1, T, D], broadcast over B.
+    positions = torch.arange(offset, offset + T, dtype=torch.int64).unsqueeze(0)
+    y_pos = table(positions)
+    (y_pos.expand(B, T, D) * dy).sum().backward()
+    tensors = {"ids": ids.to(dtype), "weight": table.weight, "y": y, "dy": dy,
+               "dweight": dweight, "y_pos": y_pos.squeeze(0),
+               "dweight_pos": table.weight.grad}
+    meta = {"V": V, "D": D, "B": B, "T": T, "offset": offset}
+    return meta, {k: v.detach() for k, v in tensors.items()}
+
+
+def generate_seeded_cases(root: Path, block: str, cases):
+    """One fixture per dtype for each (base name, make(dtype, seed) -> (meta, tensors)). Each is
+    seeded by its dtype-free name, so the f32 case holds the f64 case's draws rounded."""
+    written = {}
+    for base, make in cases:
+        for prefix, dtype in DTYPES.items():
+            name = f"{prefix}_{base}"
+            meta, tensors = make(dtype, seed_for(block + "_" + base))
+            path = root / block / f"{name}.txt"
+            written[path] = write_fixture(path, name, dtype, meta, tensors)
+    return written
+
+
+def generate_embedding(root: Path):
+    return generate_seeded_cases(root, "embedding", [
+        (base, lambda dtype, seed, c=case: embedding_fixture(*c, dtype, seed))
+        for base, *case in EMBEDDING_CASES])
+
+
+BLOCKS["embedding"] = generate_embedding
+
+
+# ---- rope: LLaMA's rotary embedding as Hugging Face writes it -----------------------------------
+
+
+def hf_rotary_cos_sin(d_k, positions, theta, dtype):
+    """LlamaRotaryEmbedding's tables, in plain torch. HF computes inv_freq and the angles in
+    float32 whatever the model's dtype; here they are computed in the fixture's dtype, so the
+    float64 case is a float64 reference (the float32 case is exactly HF's float32 arithmetic)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d_k, 2, dtype=torch.int64).to(dtype) / d_k))
+    t = positions.to(dtype)
+    freqs = torch.outer(t, inv_freq)          # [T, d_k/2]
+    emb = torch.cat((freqs, freqs), dim=-1)   # [T, d_k]
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q, cos, sin):
+    # HF rotates q and k alike; one tensor is enough to check the rotation. cos, sin: [T, d_k],
+    # broadcast over [B, H].
+    return q * cos + rotate_half(q) * sin
+
+
+# (B, H, T, d_k, theta, offset). d_k 8 shows every pair by eye; d_k 64 is LLaMA's head width
+# (half of it), where the slowest frequencies need theta's exponent right. Every combination
+# of d_k, theta and offset that matters appears once; sizes stay small (the budget is ~100 KB).
+ROPE_CASES = [
+    (2, 3, 4, 8, 10000, 0),
+    (1, 2, 3, 8, 10000, 5),
+    (1, 2, 3, 8, 500000, 5),
+    (1, 1, 3, 64, 10000, 5),
+    (1, 1, 2, 64, 500000, 0),
+    (1, 1, 2, 64, 500000, 5),
+]
+
+
+def rope_fixture(B, H, T, d_k, theta, offset, dtype, seed):
+    torch.manual_seed(seed)
+    x = randn(B, H, T, d_k, dtype=dtype).requires_grad_(True)
+    dy = randn(B, H, T, d_k, dtype=dtype)
+    cos, sin = hf_rotary_cos_sin(d_k, torch.arange(offset, offset + T), float(theta), dtype)
+    y = apply_rotary_pos_emb(x, cos, sin)
+    (y * dy).sum().backward()
+    tensors = {"x": x, "y": y, "dy": dy, "dx": x.grad}
+    meta = {"B": B, "H": H, "T": T, "d_k": d_k, "theta": theta, "offset": offset}
+    return meta, {key: v.detach() for key, v in tensors.items()}
+
+
+def generate_rope(root: Path):
+    return generate_seeded_cases(root, "rope", [
+        (f"B{B}_H{H}_T{T}_dk{d_k}_theta{theta}_offset{offset}",
+         lambda dtype, seed, c=(B, H, T, d_k, theta, offset): rope_fixture(*c, dtype, seed))
+        for B, H, T, d_k, theta, offset in ROPE_CASES])
+
+
+BLOCKS["rope"] = generate_rope
 
 
 def main(argv=None):

@@ -39,6 +39,9 @@ class SingleThreadedScope {
 #endif
 };
 
+/// The scalar types of typed tests: TYPED_TEST_SUITE(Suite, testing::FloatAndDouble).
+using FloatAndDouble = ::testing::Types<float, double>;
+
 /// Unit roundoff u of a scalar type: 2⁻²⁴ for float, 2⁻⁵³ for double.
 template <class Scalar>
 constexpr double unit_roundoff() {
