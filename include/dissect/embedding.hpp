@@ -43,9 +43,7 @@ struct TokenBatch {
 
 template <class Scalar>
 class Embedding : public ParameterMethods<Embedding<Scalar>> {
-  static_assert(is_supported_scalar_v<Scalar>,
-                "dissect::Embedding<Scalar>: Scalar must be float or double");
-
+  // Scalar: float or double, as its Tensor members require (their static_assert says so).
  public:
   using scalar_type = Scalar;
 
@@ -57,13 +55,8 @@ class Embedding : public ParameterMethods<Embedding<Scalar>> {
   /// A layer around a given table [V, D].
   explicit Embedding(Tensor<Scalar, 2> weight);
 
-  /// Buffers keep their address for the layer's life (views and optimizers stay valid): copy or
-  /// move into a new layer, never assign. A moved-from layer is an empty [0, 0] table.
-  Embedding(const Embedding&) = default;
-  Embedding(Embedding&& other) noexcept;
-  Embedding& operator=(const Embedding&) = delete;
-  Embedding& operator=(Embedding&&) = delete;
-  ~Embedding() = default;
+  // Copied or moved into a new layer, never assigned over (ParameterMethods): its buffers keep
+  // their address for its life. A moved-from layer is an empty [0, 0] table.
 
   index_t num_embeddings() const { return weight_.dim(0); }  ///< V
   index_t embedding_dim() const { return weight_.dim(1); }   ///< D
@@ -111,8 +104,6 @@ class Embedding : public ParameterMethods<Embedding<Scalar>> {
   void backward_positions(const DY& dy, index_t offset = 0);
 
  private:
-  template <class X>
-  static void check_scalar();
   void check_tokens(const char* op, const TokenBatch& tokens) const;
   /// check_tokens, then `name` (output y or dy) must be [B, T, D].
   void check_batch(const char* op, const TokenBatch& tokens, const char* name,
@@ -168,18 +159,8 @@ Embedding<Scalar>::Embedding(Tensor<Scalar, 2> weight)
     : weight_(std::move(weight)), weight_grad_(weight_.shape()) {}
 
 template <class Scalar>
-Embedding<Scalar>::Embedding(Embedding&& other) noexcept
-    : weight_(std::move(other.weight_)), weight_grad_(std::move(other.weight_grad_)) {}
-
-template <class Scalar>
 void Embedding<Scalar>::set_weight(ConstTensorView<Scalar, 2> weight) {
-  if (weight.shape() != weight_.shape()) {
-    throw ShapeError(
-        detail::concat("Embedding::set_weight: weight must be [num_embeddings, "
-                       "embedding_dim] = ",
-                       format_shape(weight_.shape()), ", got ", format_shape(weight.shape())));
-  }
-  weight_.view().copy_from(weight);
+  assign_parameter("Embedding", "weight", "[num_embeddings, embedding_dim]", weight_, weight);
 }
 
 template <class Scalar>
@@ -192,14 +173,6 @@ template <class Scalar>
 template <class Visitor>
 void Embedding<Scalar>::for_each_parameter(Visitor&& visit) const {
   visit(ParameterName("weight"), weight_.cview(), weight_grad_.cview());
-}
-
-template <class Scalar>
-template <class X>
-void Embedding<Scalar>::check_scalar() {
-  static_assert(std::is_same_v<scalar_of<X>, Scalar>,
-                "dissect::Embedding<Scalar>: the tensor's scalar type must match the layer's "
-                "(convert float <-> double explicitly; there is no silent precision change)");
 }
 
 template <class Scalar>
@@ -268,7 +241,7 @@ Tensor<Scalar, 3> Embedding<Scalar>::forward(TokenBatch tokens) const {
 template <class Scalar>
 template <WritableTensor Y>
 void Embedding<Scalar>::forward_into(TokenBatch tokens, Y&& y) const {
-  check_scalar<Y>();
+  require_layer_scalar<Scalar, Y>();
   const auto output = writable_view(y);
   check_batch("forward_into", tokens, "output", output.shape());
   if (output.overlaps(weight_.cview()) || output.overlaps(weight_grad_.cview())) {
@@ -303,7 +276,7 @@ void Embedding<Scalar>::scatter_add(const index_t* ids, index_t first,
 template <class Scalar>
 template <TensorLike DY>
 void Embedding<Scalar>::backward(TokenBatch tokens, const DY& dy) {
-  check_scalar<DY>();
+  require_layer_scalar<Scalar, DY>();
   static_assert(rank_of<DY> == 3, "dissect::Embedding::backward: dy is [B, T, D]");
   const auto upstream = const_view(dy);
   check_batch("backward", tokens, "dy", upstream.shape());
@@ -323,7 +296,7 @@ Tensor<Scalar, 2> Embedding<Scalar>::forward_positions(index_t seq, index_t offs
 template <class Scalar>
 template <TensorLike DY>
 void Embedding<Scalar>::backward_positions(const DY& dy, index_t offset) {
-  check_scalar<DY>();
+  require_layer_scalar<Scalar, DY>();
   constexpr std::size_t rank = rank_of<DY>;
   static_assert(rank == 2 || rank == 3,
                 "dissect::Embedding::backward_positions: dy is [T, D] or [B, T, D]");

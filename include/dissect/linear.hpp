@@ -50,17 +50,11 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// @throws ShapeError if the bias length differs from the weight's rows.
   explicit Linear(Tensor<Scalar, 2> weight, std::optional<Tensor<Scalar, 1>> bias = std::nullopt);
 
-  /// A layer's buffers keep their address for its whole life (views of them, an optimizer's,
-  /// stay valid), so a layer is copied or moved into a new one but never assigned over. A
-  /// moved-from layer is an empty 0 → 0 layer.
-  Linear(const Linear&) = default;
-  Linear(Linear&& other) noexcept;
-  Linear& operator=(const Linear&) = delete;
-  Linear& operator=(Linear&&) = delete;
-  ~Linear() = default;
+  // Copied or moved into a new layer, never assigned over (ParameterMethods): its buffers keep
+  // their address for its life. A moved-from layer is an empty 0 → 0 layer (its tensors are).
 
-  index_t in_features() const { return in_features_; }
-  index_t out_features() const { return out_features_; }
+  index_t in_features() const { return weight_.shape()[1]; }
+  index_t out_features() const { return weight_.shape()[0]; }
   bool has_bias() const { return has_bias_; }
   // parameter_count() and zero_grad() come from ParameterMethods (module.hpp).
 
@@ -129,8 +123,6 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// `tensor` (bias_ or bias_grad_), or Error naming `name` for a layer built without a bias.
   template <class T>
   T& with_bias(const char* name, T& tensor) const;
-  template <class X>
-  static void check_scalar();
   template <std::size_t Rank>
   void check_input(const char* op, const ConstTensorView<Scalar, Rank>& x) const;
   template <std::size_t Rank>
@@ -146,8 +138,6 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   std::optional<VectorMap<Scalar>> bias_grad_map();
   std::optional<ConstVectorMap<Scalar>> bias_map() const;
 
-  index_t in_features_;
-  index_t out_features_;
   bool has_bias_;
   Tensor<Scalar, 2> weight_;
   Tensor<Scalar, 1> bias_;  // [0] without a bias
@@ -177,13 +167,12 @@ inline constexpr bool dependent_false = false;
 
 template <class Scalar>
 Linear<Scalar>::Linear(index_t in_features, index_t out_features, LinearOptions options)
-    : in_features_(detail::checked_feature_count(in_features, "in_features")),
-      out_features_(detail::checked_feature_count(out_features, "out_features")),
-      has_bias_(options.bias),
-      weight_({out_features_, in_features_}),
-      bias_({has_bias_ ? out_features_ : 0}),
-      weight_grad_({out_features_, in_features_}),
-      bias_grad_({has_bias_ ? out_features_ : 0}) {
+    : has_bias_(options.bias),
+      weight_({detail::checked_feature_count(out_features, "out_features"),
+               detail::checked_feature_count(in_features, "in_features")}),
+      bias_({has_bias_ ? out_features : 0}),
+      weight_grad_(weight_.shape()),
+      bias_grad_(bias_.shape()) {
   Generator generator(options.seed ? *options.seed : next_default_seed());
   init_linear(weight_.view(),
               has_bias_ ? std::optional<TensorView<Scalar, 1>>(bias_.view()) : std::nullopt,
@@ -192,29 +181,17 @@ Linear<Scalar>::Linear(index_t in_features, index_t out_features, LinearOptions 
 
 template <class Scalar>
 Linear<Scalar>::Linear(Tensor<Scalar, 2> weight, std::optional<Tensor<Scalar, 1>> bias)
-    : in_features_(weight.dim(1)),
-      out_features_(weight.dim(0)),
-      has_bias_(bias.has_value()),
+    : has_bias_(bias.has_value()),
       weight_(std::move(weight)),
       bias_(bias ? std::move(*bias) : Tensor<Scalar, 1>({0})),
-      weight_grad_({out_features_, in_features_}),
-      bias_grad_({has_bias_ ? out_features_ : 0}) {
-  if (has_bias_ && bias_.dim(0) != out_features_) {
+      weight_grad_(weight_.shape()),
+      bias_grad_({has_bias_ ? out_features() : 0}) {
+  if (has_bias_ && bias_.dim(0) != out_features()) {
     throw ShapeError(detail::concat("Linear: bias has shape ", format_shape(bias_.shape()),
                                     " but weight ", format_shape(weight_.shape()), " needs [",
-                                    out_features_, "]"));
+                                    out_features(), "]"));
   }
 }
-
-template <class Scalar>
-Linear<Scalar>::Linear(Linear&& other) noexcept
-    : in_features_(std::exchange(other.in_features_, 0)),
-      out_features_(std::exchange(other.out_features_, 0)),
-      has_bias_(other.has_bias_),
-      weight_(std::move(other.weight_)),
-      bias_(std::move(other.bias_)),
-      weight_grad_(std::move(other.weight_grad_)),
-      bias_grad_(std::move(other.bias_grad_)) {}
 
 template <class Scalar>
 template <class T>
@@ -226,23 +203,12 @@ T& Linear<Scalar>::with_bias(const char* name, T& tensor) const {
 
 template <class Scalar>
 void Linear<Scalar>::set_weight(ConstTensorView<Scalar, 2> weight) {
-  if (weight.shape() != weight_.shape()) {
-    throw ShapeError(
-        detail::concat("Linear::set_weight: weight must be [out_features, "
-                       "in_features] = [",
-                       out_features_, ", ", in_features_, "], got ", format_shape(weight.shape())));
-  }
-  weight_.view().copy_from(weight);
+  assign_parameter("Linear", "weight", "[out_features, in_features]", weight_, weight);
 }
 
 template <class Scalar>
 void Linear<Scalar>::set_bias(ConstTensorView<Scalar, 1> bias) {
-  with_bias("set_bias", bias_);
-  if (bias.shape() != bias_.shape()) {
-    throw ShapeError(detail::concat("Linear::set_bias: bias must be [out_features] = [",
-                                    out_features_, "], got ", format_shape(bias.shape())));
-  }
-  bias_.view().copy_from(bias);
+  assign_parameter("Linear", "bias", "[out_features]", with_bias("set_bias", bias_), bias);
 }
 
 template <class Scalar>
@@ -263,24 +229,16 @@ template <class Scalar>
 template <std::size_t Rank>
 Shape<Rank> Linear<Scalar>::output_shape(const Shape<Rank>& x_shape) const {
   Shape<Rank> shape = x_shape;
-  shape[Rank - 1] = out_features_;
+  shape[Rank - 1] = out_features();
   return shape;
-}
-
-template <class Scalar>
-template <class X>
-void Linear<Scalar>::check_scalar() {
-  static_assert(std::is_same_v<scalar_of<X>, Scalar>,
-                "dissect::Linear<Scalar>: the input tensor's scalar type must match the layer's "
-                "(convert float <-> double explicitly; there is no silent precision change)");
 }
 
 template <class Scalar>
 template <std::size_t Rank>
 void Linear<Scalar>::check_input(const char* op, const ConstTensorView<Scalar, Rank>& x) const {
-  if (x.shape()[Rank - 1] != in_features_) {
+  if (x.shape()[Rank - 1] != in_features()) {
     throw ShapeError(detail::concat(
-        "Linear::", op, ": input last dim ", x.shape()[Rank - 1], " != in_features ", in_features_,
+        "Linear::", op, ": input last dim ", x.shape()[Rank - 1], " != in_features ", in_features(),
         " (x: ", format_shape(x.shape()), ", weight: ", format_shape(weight_.shape()), ")"));
   }
 }
@@ -310,19 +268,19 @@ void Linear<Scalar>::check_not_own_buffer(const char* op, const char* name,
 template <class Scalar>
 std::optional<ConstVectorMap<Scalar>> Linear<Scalar>::bias_map() const {
   if (!has_bias_) return std::nullopt;
-  return ConstVectorMap<Scalar>(bias_.data(), out_features_);
+  return ConstVectorMap<Scalar>(bias_.data(), out_features());
 }
 
 template <class Scalar>
 std::optional<VectorMap<Scalar>> Linear<Scalar>::bias_grad_map() {
   if (!has_bias_) return std::nullopt;
-  return VectorMap<Scalar>(bias_grad_.data(), out_features_);
+  return VectorMap<Scalar>(bias_grad_.data(), out_features());
 }
 
 template <class Scalar>
 template <TensorLike X>
 Tensor<Scalar, rank_of<X>> Linear<Scalar>::forward(const X& x) const {
-  check_scalar<X>();
+  require_layer_scalar<Scalar, X>();
   if constexpr (std::is_same_v<scalar_of<X>, Scalar>) {
     const auto input = const_view(x);
     check_input("forward", input);
@@ -337,8 +295,8 @@ Tensor<Scalar, rank_of<X>> Linear<Scalar>::forward(const X& x) const {
 template <class Scalar>
 template <TensorLike X, WritableTensor Y>
 void Linear<Scalar>::forward_into(const X& x, Y&& y) const {
-  check_scalar<X>();
-  check_scalar<Y>();
+  require_layer_scalar<Scalar, X>();
+  require_layer_scalar<Scalar, Y>();
   const auto input = const_view(x);
   const auto output = writable_view(y);
   check_input("forward_into", input);
@@ -359,8 +317,8 @@ void Linear<Scalar>::forward_into(const X& x, Y&& y) const {
 template <class Scalar>
 template <TensorLike X, TensorLike DY>
 Tensor<Scalar, rank_of<X>> Linear<Scalar>::backward(const X& x, const DY& dy) {
-  check_scalar<X>();
-  check_scalar<DY>();
+  require_layer_scalar<Scalar, X>();
+  require_layer_scalar<Scalar, DY>();
   if constexpr (std::is_same_v<scalar_of<X>, Scalar>) {
     auto dx = Tensor<Scalar, rank_of<X>>::uninitialized(const_view(x).shape());
     backward_checked("backward", const_view(x), const_view(dy), dx.view());
@@ -373,9 +331,9 @@ Tensor<Scalar, rank_of<X>> Linear<Scalar>::backward(const X& x, const DY& dy) {
 template <class Scalar>
 template <TensorLike X, TensorLike DY, WritableTensor DX>
 void Linear<Scalar>::backward_into(const X& x, const DY& dy, DX&& dx) {
-  check_scalar<X>();
-  check_scalar<DY>();
-  check_scalar<DX>();
+  require_layer_scalar<Scalar, X>();
+  require_layer_scalar<Scalar, DY>();
+  require_layer_scalar<Scalar, DX>();
   backward_checked("backward_into", const_view(x), const_view(dy), writable_view(dx));
 }
 
@@ -402,8 +360,8 @@ void Linear<Scalar>::backward_checked(const char* op, const ConstTensorView<Scal
 template <class Scalar>
 template <TensorLike X, TensorLike DY>
 void Linear<Scalar>::backward_parameters(const X& x, const DY& dy) {
-  check_scalar<X>();
-  check_scalar<DY>();
+  require_layer_scalar<Scalar, X>();
+  require_layer_scalar<Scalar, DY>();
   const auto input = const_view(x);
   const auto upstream = const_view(dy);
   check_backward("backward_parameters", input, upstream);

@@ -91,6 +91,10 @@ std::vector<std::string> parameter_names(const M& module);
 
 /// zero_grad() and parameter_count() as members, from for_each_parameter: a module derives from
 /// ParameterMethods<Itself> (CRTP, no virtual functions) instead of writing them by hand.
+///
+/// It also makes every module non-assignable: a module's buffers keep their address for its life
+/// (views of them, an optimizer's, stay valid), so a module is copied or moved into a new one but
+/// never assigned over, which would free what those views point to.
 template <class Derived>
 class ParameterMethods {
  public:
@@ -98,6 +102,14 @@ class ParameterMethods {
   index_t parameter_count() const {
     return dissect::parameter_count(static_cast<const Derived&>(*this));
   }
+
+ protected:
+  ParameterMethods() = default;
+  ParameterMethods(const ParameterMethods&) = default;
+  ParameterMethods(ParameterMethods&&) noexcept = default;
+  ParameterMethods& operator=(const ParameterMethods&) = delete;
+  ParameterMethods& operator=(ParameterMethods&&) = delete;
+  ~ParameterMethods() = default;
 };
 
 /// A module made of named member modules. Derived defines a private static
@@ -116,6 +128,28 @@ class ComposedModule : public ParameterMethods<Derived> {
     Derived::visit_members(static_cast<const Derived&>(*this), visit);
   }
 };
+
+/// Copies `source` into a module's parameter `target`, whose buffer keeps its address: what every
+/// set_weight/set_bias does. @throws ShapeError "layer::set_<what>: <what> must be <dims> =
+/// [..], got [..]" if the shapes differ (target untouched).
+template <class Scalar, std::size_t Rank>
+void assign_parameter(std::string_view layer, std::string_view what, std::string_view dims,
+                      Tensor<Scalar, Rank>& target, ConstTensorView<Scalar, Rank> source) {
+  if (source.shape() != target.shape()) {
+    throw ShapeError(detail::concat(layer, "::set_", what, ": ", what, " must be ", dims, " = ",
+                                    format_shape(target.shape()), ", got ",
+                                    format_shape(source.shape())));
+  }
+  target.view().copy_from(source);
+}
+
+/// Refuses, at compile time, a tensor argument X whose scalar is not the layer's Scalar.
+template <class Scalar, class X>
+constexpr void require_layer_scalar() {
+  static_assert(std::is_same_v<scalar_of<X>, Scalar>,
+                "dissect: the tensor's scalar type must match the layer's "
+                "(convert float <-> double explicitly; there is no silent precision change)");
+}
 
 /// "0", "1", …: the names of positions in a Sequential or a layer stack, as stable views.
 std::string_view index_name(std::size_t index);

@@ -66,15 +66,10 @@ class Normalization : public ParameterMethods<Normalization<Scalar, kind>> {
   /// @throws ConfigError naming d_model if d_model ≤ 0, naming eps unless eps is finite and > 0.
   explicit Normalization(index_t d_model, double eps = default_eps);
 
-  /// Buffers keep their address for the module's life (views and optimizers hold them), so a
-  /// norm is copied or moved into a new one, never assigned over. A moved-from norm has D = 0.
-  Normalization(const Normalization&) = default;
-  Normalization(Normalization&& other) noexcept;
-  Normalization& operator=(const Normalization&) = delete;
-  Normalization& operator=(Normalization&&) = delete;
-  ~Normalization() = default;
+  // Copied or moved into a new norm, never assigned over (ParameterMethods): its buffers keep
+  // their address for its life. A moved-from norm has D = 0 (its tensors are empty).
 
-  index_t d_model() const { return d_model_; }
+  index_t d_model() const { return weight_.shape()[0]; }
   double eps() const { return eps_; }
   // parameter_count() and zero_grad() come from ParameterMethods (module.hpp).
 
@@ -91,9 +86,11 @@ class Normalization : public ParameterMethods<Normalization<Scalar, kind>> {
 
   /// Copies new values into the parameter (the buffer keeps its address).
   /// @throws ShapeError naming the parameter if the shape is not [D].
-  void set_weight(ConstTensorView<Scalar, 1> weight) { copy_parameter("weight", weight, weight_); }
+  void set_weight(ConstTensorView<Scalar, 1> weight) {
+    assign_parameter(name, "weight", "[d_model]", weight_, weight);
+  }
   void set_bias(ConstTensorView<Scalar, 1> bias) requires centered {
-    copy_parameter("bias", bias, bias_);
+    assign_parameter(name, "bias", "[d_model]", bias_, bias);
   }
 
   /// Visits "weight" (and "bias") with their gradients: the module protocol.
@@ -137,13 +134,10 @@ class Normalization : public ParameterMethods<Normalization<Scalar, kind>> {
   template <std::size_t Rank>
   void check_like_x(const char* op, const char* what, const Shape<Rank>& shape,
                     const ConstTensorView<Scalar, Rank>& x) const;
-  void copy_parameter(const char* which, ConstTensorView<Scalar, 1> source,
-                      Tensor<Scalar, 1>& target);
   /// The row loop of every forward: y = normalise(x)·γ + β; stores mean and rstd when given.
   void normalize_rows(ConstMatrixMap<Scalar> x, MatrixMap<Scalar> y, double* mean,
                       double* rstd) const;
 
-  index_t d_model_;
   double eps_;
   Tensor<Scalar, 1> weight_;
   Tensor<Scalar, 1> bias_;  // [0] for RMSNorm
@@ -175,33 +169,12 @@ inline double checked_norm_eps(const char* op, double eps) {
 
 template <class Scalar, Norm kind>
 Normalization<Scalar, kind>::Normalization(index_t d_model, double eps)
-    : d_model_(require_positive(name, "d_model", d_model)),
-      eps_(detail::checked_norm_eps(name, eps)),
-      weight_({d_model_}),
-      bias_({centered ? d_model_ : 0}),
-      weight_grad_({d_model_}),
-      bias_grad_({centered ? d_model_ : 0}) {
+    : eps_(detail::checked_norm_eps(name, eps)),
+      weight_({require_positive(name, "d_model", d_model)}),
+      bias_({centered ? d_model : 0}),
+      weight_grad_(weight_.shape()),
+      bias_grad_(bias_.shape()) {
   weight_.view().fill(Scalar(1));
-}
-
-template <class Scalar, Norm kind>
-Normalization<Scalar, kind>::Normalization(Normalization&& other) noexcept
-    : d_model_(std::exchange(other.d_model_, 0)),
-      eps_(other.eps_),
-      weight_(std::move(other.weight_)),
-      bias_(std::move(other.bias_)),
-      weight_grad_(std::move(other.weight_grad_)),
-      bias_grad_(std::move(other.bias_grad_)) {}
-
-template <class Scalar, Norm kind>
-void Normalization<Scalar, kind>::copy_parameter(const char* which,
-                                                 ConstTensorView<Scalar, 1> source,
-                                                 Tensor<Scalar, 1>& target) {
-  if (source.shape() != target.shape()) {
-    throw ShapeError(detail::concat(name, "::set_", which, ": ", which, " must be [d_model] = [",
-                                    d_model_, "], got ", format_shape(source.shape())));
-  }
-  target.view().copy_from(source);
 }
 
 template <class Scalar, Norm kind>
@@ -231,9 +204,9 @@ template <class Scalar, Norm kind>
 template <std::size_t Rank>
 void Normalization<Scalar, kind>::check_input(const char* op,
                                               const ConstTensorView<Scalar, Rank>& x) const {
-  if (x.shape()[Rank - 1] != d_model_) {
+  if (x.shape()[Rank - 1] != d_model()) {
     throw ShapeError(detail::concat(name, "::", op, ": input last dim ", x.shape()[Rank - 1],
-                                    " != d_model ", d_model_, " (x: ", format_shape(x.shape()),
+                                    " != d_model ", d_model(), " (x: ", format_shape(x.shape()),
                                     ", weight: ", format_shape(weight_.shape()), ")"));
   }
 }
@@ -253,7 +226,7 @@ void Normalization<Scalar, kind>::check_like_x(const char* op, const char* what,
 template <class Scalar, Norm kind>
 void Normalization<Scalar, kind>::normalize_rows(ConstMatrixMap<Scalar> x, MatrixMap<Scalar> y,
                                                  double* mean, double* rstd) const {
-  const index_t rows = x.rows(), width = d_model_;
+  const index_t rows = x.rows(), width = d_model();
   if (rows == 0 || width == 0) return;
   const Eigen::ArrayXd gamma = weight_.vector().template cast<double>().array();
   const Eigen::ArrayXd beta = centered ? Eigen::ArrayXd(bias_.vector().template cast<double>())
@@ -332,7 +305,7 @@ Tensor<Scalar, rank_of<X>> Normalization<Scalar, kind>::backward(const X& x, con
   const auto input = const_view(x);
   const auto upstream = const_view(dy);
   check_like_x("backward", "dy", upstream.shape(), input);
-  const index_t rows = leading_count(input.shape()), width = d_model_;
+  const index_t rows = leading_count(input.shape()), width = d_model();
   const bool cache_fits = std::equal(cache.shape.begin(), cache.shape.end(), input.shape().begin(),
                                      input.shape().end()) &&
                           cache.rstd.size() == rows && cache.mean.size() == (centered ? rows : 0);
