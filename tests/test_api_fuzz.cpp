@@ -17,6 +17,7 @@
 #include "dissect/activation.hpp"
 #include "dissect/blocks.hpp"
 #include "dissect/linear.hpp"
+#include "dissect/norm.hpp"
 #include "dissect/optim.hpp"
 #include "support/tensor_testing.hpp"
 
@@ -301,7 +302,8 @@ TEST(ApiFuzz, LinearAndOptimizerAgreeWithTheReferenceAfterEveryCall) {
   }
 }
 
-/// Blocks: any call either succeeds or throws and leaves every parameter and gradient alone.
+/// Blocks and norms: any call either succeeds or throws and leaves every parameter and gradient
+/// alone.
 TEST(ApiFuzz, BlocksThatThrowChangeNothing) {
   std::mt19937_64 engine(7);
   const auto pick = [&](index_t low, index_t high) {
@@ -310,6 +312,8 @@ TEST(ApiFuzz, BlocksThatThrowChangeNothing) {
   FeedForward<double> ffn(4, 6, Activation::relu, {.seed = 1});
   QKVProjection<double> qkv(4, 2, {.n_kv_heads = 1, .seed = 2});
   FeedForward<double>::Cache cache;
+  LayerNorm<double> norm(4);
+  LayerNorm<double>::Cache norm_cache;
   const auto state = [](const auto& module) {
     std::vector<double> all;
     module.for_each_parameter([&](const ParameterName&, auto value, auto grad) {
@@ -324,9 +328,18 @@ TEST(ApiFuzz, BlocksThatThrowChangeNothing) {
     const auto x = testing::random_tensor<double, 3>(shape, values);
     const auto before_ffn = state(ffn);
     const auto before_qkv = state(qkv);
+    const auto before_norm = state(norm);
     bool threw = false;
     try {
-      switch (pick(0, 3)) {
+      switch (pick(0, 5)) {
+        case 4:
+          norm.forward(x, norm_cache);
+          break;
+        case 5: {
+          const Shape<3> dy_shape{shape[0], shape[1], pick(0, 1) ? shape[2] : 4};
+          norm.backward(x, norm_cache, testing::random_tensor<double, 3>(dy_shape, values));
+          break;
+        }
         case 0:
           ffn.forward(x, cache);
           break;
@@ -351,10 +364,12 @@ TEST(ApiFuzz, BlocksThatThrowChangeNothing) {
     if (threw) {
       ASSERT_EQ(state(ffn), before_ffn) << "at step " << step;
       ASSERT_EQ(state(qkv), before_qkv) << "at step " << step;
+      ASSERT_EQ(state(norm), before_norm) << "at step " << step;
     }
     if (pick(0, 50) == 0) {
       ffn.zero_grad();
       qkv.zero_grad();
+      norm.zero_grad();
     }
   }
 }
