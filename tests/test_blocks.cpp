@@ -774,8 +774,9 @@ TEST(BlockErrors, ImpossibleConfigurationsNameTheField) {  // reliability.md row
                     "AttentionOutput: n_heads must be > 0 (got 0)");
   EXPECT_THROW_WITH(FeedForward<float>(0), ConfigError, "FeedForward: d_model must be > 0 (got 0)");
   EXPECT_THROW_WITH(FeedForward<float>(8, 0), ConfigError, "FeedForward: d_ff must be > 0 (got 0)");
-  EXPECT_THROW_WITH(FeedForward<float>(8, 16, static_cast<Activation>(9)), ConfigError,
-                    "FeedForward: Activation(9) is out of range (known: relu, gelu, gelu_tanh, silu)");
+  EXPECT_THROW_WITH(
+      FeedForward<float>(8, 16, static_cast<Activation>(9)), ConfigError,
+      "FeedForward: Activation(9) is out of range (known: relu, gelu, gelu_tanh, silu)");
   EXPECT_THROW_WITH(GatedFeedForward<float>(8, -1), ConfigError,
                     "GatedFeedForward: d_ff must be > 0 (got -1)");
   EXPECT_THROW_WITH(GatedFeedForward<float>(-8, 4), ConfigError,
