@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <optional>
 #include <span>
@@ -62,6 +63,12 @@ struct TransformerConfig {
   Norm norm = Norm::layer_norm;
   bool bias = true;  ///< biases on every linear layer (not the output head)
   Ffn ffn = Ffn::mlp;
+  /// The norms' eps; unset → the norm's own default (LayerNorm 1e-5, RMSNorm 1e-6). Changes no
+  /// count, only the arithmetic of a built model.
+  std::optional<double> norm_eps = std::nullopt;
+  /// RoPE's base θ (config.json "rope_theta"; LLaMA 1/2: 10000, LLaMA 3: 500000). Used only with
+  /// rotary positions.
+  double rope_theta = 10000.0;
 
   /// H_kv: n_kv_heads if set, else n_heads.
   index_t kv_heads() const { return n_kv_heads.value_or(n_heads); }
@@ -73,7 +80,7 @@ struct TransformerConfig {
   }
 
   /// Checks that the configuration can exist: every size > 0, D % H == 0 when d_k is derived,
-  /// H_kv dividing H, every style enum in range.
+  /// H_kv dividing H, every style enum in range, rope_theta (and norm_eps if set) finite, > 0.
   /// @throws ConfigError naming the offending field (or enum type) and its value.
   void validate() const;
 };
@@ -81,6 +88,10 @@ struct TransformerConfig {
 /// A size that must be > 0: returns `value`.
 /// @throws ConfigError "op: field must be > 0 (got value)".
 index_t require_positive(std::string_view op, std::string_view field, index_t value);
+
+/// A real number that must be finite and > 0 (an eps, a θ): returns `value`.
+/// @throws ConfigError "op: field must be finite and > 0 (got value)", NaN included.
+double require_positive_finite(std::string_view op, std::string_view field, double value);
 
 /// The head arithmetic of attention, decided in one place for configs and blocks alike.
 struct HeadLayout {
@@ -154,6 +165,13 @@ inline index_t require_positive(std::string_view op, std::string_view field, ind
   return value;
 }
 
+inline double require_positive_finite(std::string_view op, std::string_view field, double value) {
+  if (!(std::isfinite(value) && value > 0)) {
+    throw ConfigError(detail::concat(op, ": ", field, " must be finite and > 0 (got ", value, ")"));
+  }
+  return value;
+}
+
 inline HeadLayout check_heads(std::string_view op, index_t d_model, index_t n_heads,
                               std::optional<index_t> n_kv_heads, std::optional<index_t> head_dim) {
   require_positive(op, "d_model", d_model);
@@ -184,6 +202,8 @@ inline void TransformerConfig::validate() const {
   check_positions(op, positions);
   check_norm(op, norm);
   check_ffn(op, ffn);
+  if (norm_eps) require_positive_finite(op, "norm_eps", *norm_eps);
+  require_positive_finite(op, "rope_theta", rope_theta);
 }
 
 namespace detail {

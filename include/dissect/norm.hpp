@@ -158,18 +158,9 @@ std::ostream& operator<<(std::ostream& out, const Normalization<Scalar, kind>& n
 
 // ---- implementation -----------------------------------------------------------------------------
 
-namespace detail {
-inline double checked_norm_eps(const char* op, double eps) {
-  if (!(std::isfinite(eps) && eps > 0)) {
-    throw ConfigError(concat(op, ": eps must be finite and > 0 (got ", eps, ")"));
-  }
-  return eps;
-}
-}  // namespace detail
-
 template <class Scalar, Norm kind>
 Normalization<Scalar, kind>::Normalization(index_t d_model, double eps)
-    : eps_(detail::checked_norm_eps(name, eps)),
+    : eps_(require_positive_finite(name, "eps", eps)),
       weight_({require_positive(name, "d_model", d_model)}),
       bias_({centered ? d_model : 0}),
       weight_grad_(weight_.shape()),

@@ -96,7 +96,8 @@ void rope_backward_into(const DY& dy, DX&& dx, index_t offset,
 
 template <class Scalar>
 RotaryTable<Scalar>::RotaryTable(index_t head_dim, index_t max_positions, double theta)
-    : head_dim_(require_positive("RotaryTable", "head_dim", head_dim)), theta_(theta) {
+    : head_dim_(require_positive("RotaryTable", "head_dim", head_dim)),
+      theta_(require_positive_finite("RotaryTable", "rope_theta", theta)) {
   if (head_dim % 2 != 0) {
     throw ConfigError(detail::concat("RotaryTable: head_dim must be even (got ", head_dim,
                                      "): RoPE rotates pairs (i, i + head_dim/2)"));
@@ -104,10 +105,6 @@ RotaryTable<Scalar>::RotaryTable(index_t head_dim, index_t max_positions, double
   if (max_positions < 0) {
     throw ConfigError(
         detail::concat("RotaryTable: max_positions must be >= 0 (got ", max_positions, ")"));
-  }
-  if (!(theta > 0) || !std::isfinite(theta)) {
-    throw ConfigError(
-        detail::concat("RotaryTable: rope_theta must be finite and > 0 (got ", theta, ")"));
   }
   const index_t half = head_dim / 2;
   cos_ = Tensor<Scalar, 2>({max_positions, half});

@@ -678,6 +678,172 @@ def generate_rope(root: Path):
 BLOCKS["rope"] = generate_rope
 
 
+# ---- model: whole tiny GPT-2 and LLaMA, the loss and every parameter's gradient ----------------
+
+nnf = torch.nn.functional
+
+# Each config is written as the fixtures' meta, key for key. Sizes are tiny but every axis is
+# distinct where it can be (V 97 is prime; T 16 < context, so some wpe rows get no gradient),
+# LLaMA groups its 4 query heads onto 2 key/value heads and has a d_ff that is not 4·D.
+MODEL_CONFIGS = {
+    "gpt2": dict(d_model=32, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=8, d_ff=128, vocab=97,
+                 context=24, B=2, T=16, norm_eps=1e-5, tied=1, bias=1),
+    "llama": dict(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=88, vocab=97,
+                  context=32, B=2, T=16, norm_eps=1e-6, rope_theta=10000, tied=0, bias=0),
+}
+WEIGHT_STD = 0.02  # Linear weights, embeddings, biases (LayerNorm's too)
+GAIN_STD = 0.1     # norm weights are 1 + N(0, GAIN_STD): far enough from 1 for a test to see them
+
+
+def gpt2_parameter_shapes(c):
+    """(name, shape, is_norm_gain) in dissect's state_dict order and names; the head is wte."""
+    D, F, qkv = c["d_model"], c["d_ff"], (c["n_heads"] + 2 * c["n_kv_heads"]) * c["head_dim"]
+    specs = [("wte.weight", (c["vocab"], D), False), ("wpe.weight", (c["context"], D), False)]
+    for i in range(c["n_layers"]):
+        specs += [(f"h.{i}.{name}", shape, gain) for name, shape, gain in [
+            ("ln_1.weight", (D,), True), ("ln_1.bias", (D,), False),
+            ("attn.qkv.weight", (qkv, D), False), ("attn.qkv.bias", (qkv,), False),
+            ("attn.proj.weight", (D, c["n_heads"] * c["head_dim"]), False),
+            ("attn.proj.bias", (D,), False),
+            ("ln_2.weight", (D,), True), ("ln_2.bias", (D,), False),
+            ("mlp.up.weight", (F, D), False), ("mlp.up.bias", (F,), False),
+            ("mlp.down.weight", (D, F), False), ("mlp.down.bias", (D,), False)]]
+    return specs + [("ln_f.weight", (D,), True), ("ln_f.bias", (D,), False)]
+
+
+def llama_parameter_shapes(c):
+    """As gpt2_parameter_shapes. qkv's rows are HF's q_proj, k_proj, v_proj stacked; proj is
+    o_proj; gate/up/down are gate_proj/up_proj/down_proj."""
+    D, F, qkv = c["d_model"], c["d_ff"], (c["n_heads"] + 2 * c["n_kv_heads"]) * c["head_dim"]
+    specs = [("embed_tokens.weight", (c["vocab"], D), False)]
+    for i in range(c["n_layers"]):
+        specs += [(f"layers.{i}.{name}", shape, gain) for name, shape, gain in [
+            ("input_layernorm.weight", (D,), True),
+            ("self_attn.qkv.weight", (qkv, D), False),
+            ("self_attn.proj.weight", (D, c["n_heads"] * c["head_dim"]), False),
+            ("post_attention_layernorm.weight", (D,), True),
+            ("mlp.gate.weight", (F, D), False), ("mlp.up.weight", (F, D), False),
+            ("mlp.down.weight", (D, F), False)]]
+    return specs + [("norm.weight", (D,), True), ("lm_head.weight", (c["vocab"], D), False)]
+
+
+def dyadic(t):
+    """Rounds to a multiple of 2**-12: exact in float32 too, so both dtypes run the same model."""
+    return torch.round(t * 4096) / 4096
+
+
+def split_heads(fused, c):
+    """The fused projection's columns are H query heads, then H_kv key and H_kv value heads;
+    each comes back as [B, heads, T, d_k]."""
+    B, T, _ = fused.shape
+    H, H_kv, d_k = c["n_heads"], c["n_kv_heads"], c["head_dim"]
+    q, k, v = fused.split([H * d_k, H_kv * d_k, H_kv * d_k], dim=-1)
+    return [t.view(B, T, n, d_k).transpose(1, 2) for t, n in ((q, H), (k, H_kv), (v, H_kv))]
+
+
+def causal_attention(q, k, v):
+    """softmax(q·kᵀ/√d_k, keys after the query masked)·v, heads merged back to [B, T, H·d_k].
+    Query head h reads key/value head h // (H / H_kv), as HF's repeat_kv."""
+    B, H, T, d_k = q.shape
+    k, v = (t.repeat_interleave(H // t.shape[1], dim=1) for t in (k, v))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d_k)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)  # key position > query position
+    scores = scores.masked_fill(future, float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, H * d_k)
+
+
+def gpt2_logits(p, c, ids):
+    """GPT-2 (pre-norm, learned positions, tanh GELU, head tied to wte) in plain torch."""
+    T, D, eps = ids.shape[1], c["d_model"], c["norm_eps"]
+    x = nnf.embedding(ids, p["wte.weight"]) + nnf.embedding(torch.arange(T), p["wpe.weight"])
+    for i in range(c["n_layers"]):
+        w = {name[len(f"h.{i}."):]: t for name, t in p.items() if name.startswith(f"h.{i}.")}
+        a = nnf.layer_norm(x, (D,), w["ln_1.weight"], w["ln_1.bias"], eps)
+        q, k, v = split_heads(nnf.linear(a, w["attn.qkv.weight"], w["attn.qkv.bias"]), c)
+        x = x + nnf.linear(causal_attention(q, k, v), w["attn.proj.weight"], w["attn.proj.bias"])
+        m = nnf.layer_norm(x, (D,), w["ln_2.weight"], w["ln_2.bias"], eps)
+        up = nnf.gelu(nnf.linear(m, w["mlp.up.weight"], w["mlp.up.bias"]), approximate="tanh")
+        x = x + nnf.linear(up, w["mlp.down.weight"], w["mlp.down.bias"])
+    x = nnf.layer_norm(x, (D,), p["ln_f.weight"], p["ln_f.bias"], eps)
+    return nnf.linear(x, p["wte.weight"])
+
+
+def llama_logits(p, c, ids):
+    """LLaMA (RMSNorm, RoPE on q and k, grouped-query attention, SwiGLU, untied head), no
+    biases, in plain torch."""
+    T, eps = ids.shape[1], c["norm_eps"]
+    x = nnf.embedding(ids, p["embed_tokens.weight"])
+    cos, sin = hf_rotary_cos_sin(c["head_dim"], torch.arange(T), float(c["rope_theta"]), x.dtype)
+    for i in range(c["n_layers"]):
+        w = {name[len(f"layers.{i}."):]: t for name, t in p.items()
+             if name.startswith(f"layers.{i}.")}
+        a = rms_norm(x, w["input_layernorm.weight"], eps)
+        q, k, v = split_heads(nnf.linear(a, w["self_attn.qkv.weight"]), c)
+        q, k = apply_rotary_pos_emb(q, cos, sin), apply_rotary_pos_emb(k, cos, sin)
+        x = x + nnf.linear(causal_attention(q, k, v), w["self_attn.proj.weight"])
+        m = rms_norm(x, w["post_attention_layernorm.weight"], eps)
+        gated = nnf.silu(nnf.linear(m, w["mlp.gate.weight"])) * nnf.linear(m, w["mlp.up.weight"])
+        x = x + nnf.linear(gated, w["mlp.down.weight"])
+    return nnf.linear(rms_norm(x, p["norm.weight"], eps), p["lm_head.weight"])
+
+
+MODELS = {"gpt2": (gpt2_parameter_shapes, gpt2_logits),
+          "llama": (llama_parameter_shapes, llama_logits)}
+
+
+def model_run(arch, weights, ids, targets, dtype):
+    """Logits, mean cross-entropy and every parameter's gradient, with the float64 weights cast
+    (exactly) to dtype. Checks the model on the way: no logit may depend on a later token or on
+    another sequence, and with weights this small the loss is close to log(V)."""
+    c, logits_of = MODEL_CONFIGS[arch], MODELS[arch][1]
+    params = {name: w.to(dtype).requires_grad_(True) for name, w in weights.items()}
+    logits = logits_of(params, c, ids)
+    loss = nnf.cross_entropy(logits.reshape(-1, c["vocab"]), targets.reshape(-1))
+    loss.backward()
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-14)
+    with torch.no_grad():
+        assert torch.allclose(logits_of(params, c, ids[:, :-1]), logits[:, :-1], **tol), arch
+        assert torch.allclose(logits_of(params, c, ids[1:]), logits[1:], **tol), arch
+    assert math.isfinite(loss.item()) and abs(loss.item() - math.log(c["vocab"])) < 0.25, loss
+    tensors = {"ids": ids.to(dtype), "targets": targets.to(dtype), "logits": logits.detach(),
+               "loss": loss.detach().reshape(1)}
+    tensors.update({"grad." + name: p.grad for name, p in params.items()})
+    return tensors
+
+
+def generate_model(root: Path):
+    """weights_<arch>.txt holds the parameters (float64, dyadic); <f32|f64>_<arch>.txt hold the
+    same model run in that dtype on the same tokens. Weights are not repeated in those."""
+    written = {}
+    for arch, c in MODEL_CONFIGS.items():
+        meta = {key: repr(v) if isinstance(v, float) else v for key, v in c.items()}
+        torch.manual_seed(seed_for("model_" + arch))
+        weights = {}
+        for name, shape, gain in MODELS[arch][0](c):
+            w = torch.randn(*shape, dtype=torch.float64) * (GAIN_STD if gain else WEIGHT_STD)
+            weights[name] = dyadic(w + 1 if gain else w)
+        torch.manual_seed(seed_for("model_" + arch + "_tokens"))
+        seq = torch.randint(0, c["vocab"], (c["B"], c["T"] + 1))
+        ids, targets = seq[:, :-1], seq[:, 1:]
+        assert ids.unique().numel() < ids.numel(), "some token must repeat"
+        path = root / "model" / f"weights_{arch}.txt"
+        written[path] = write_fixture(path, f"weights_{arch}", torch.float64, meta, weights)
+        runs = {}
+        for prefix, dtype in DTYPES.items():
+            runs[prefix] = model_run(arch, weights, ids, targets, dtype)
+            name = f"{prefix}_{arch}"
+            path = root / "model" / f"{name}.txt"
+            written[path] = write_fixture(path, name, dtype, meta, runs[prefix])
+        # float32 is the float64 model rounded, never a different one.
+        assert torch.allclose(runs["f32"]["logits"].double(), runs["f64"]["logits"], atol=1e-5)
+        print(f"{arch}: loss f64 {runs['f64']['loss'].item()!r}, "
+              f"f32 {runs['f32']['loss'].item()!r}, log(V) {math.log(c['vocab'])!r}")
+    return written
+
+
+BLOCKS["model"] = generate_model
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("blocks", nargs="*", metavar="block",

@@ -1,0 +1,331 @@
+// dissect/attention.hpp — causal self-attention, o = softmax(q·kᵀ/√d_k + causal mask)·v, with
+// grouped-query attention: query head h reads key/value head h / (H / H_kv), as Hugging Face's
+// repeat_kv does, but without materialising the repeated k and v.
+//
+// Positions: q holds the T newest positions, k and v all S ≥ T positions so far (a KV cache's
+// earlier ones first), so query t sits at position S − T + t and attends to keys 0 … S − T + t.
+// S = T is a plain causal forward; T = 1 is one decoding step.
+//
+// Memory:
+// - causal_attention(q, k, v), for inference, never builds the [T, S] score matrix. It walks
+//   the keys in blocks of key_block, keeping a running row maximum and sum (online softmax, as
+//   FlashAttention does), so its scratch is one [query_block, key_block] tile, a
+//   [query_block, d_k] accumulator and two rows of query_block: O(d_k) per query, whatever S.
+// - causal_attention(q, k, v, cache), for training, keeps the probabilities P [B, H, T, S] in the
+//   cache: B·H·T·S values, which backward needs (PyTorch's eager attention keeps the same).
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include "dissect/blocks.hpp"
+#include "dissect/error.hpp"
+#include "dissect/module.hpp"
+#include "dissect/shape.hpp"
+#include "dissect/tensor.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace dissect {
+
+// ---- declarations -------------------------------------------------------------------------------
+
+/// What training's attention keeps for backward; reusable across steps of one shape.
+template <class Scalar>
+struct AttentionCache {
+  Tensor<Scalar, 4> probs;  ///< P = softmax(q·kᵀ/√d_k + mask): [B, H, T, S]
+};
+
+/// q: [B, H, T, d_k], k, v: [B, H_kv, S, d_k] with S ≥ T → o: [B, H, T, d_k], by online softmax.
+/// Threads: with OpenMP, the B·H heads are shared among the team (one scratch tile per thread).
+/// @throws ShapeError naming the operation, the tensor and both shapes if the ranks, B, d_k or
+///         the key/value shapes differ, H_kv does not divide H, or S < T.
+template <TensorLike Q, TensorLike K, TensorLike V>
+Tensor<scalar_of<Q>, 4> causal_attention(const Q& q, const K& k, const V& v);
+
+/// As causal_attention, into a caller's o: [B, H, T, d_k] (old values never read; it must not
+/// overlap q, k or v). @throws as causal_attention, or ShapeError for o.
+template <TensorLike Q, TensorLike K, TensorLike V, WritableTensor O>
+void causal_attention_into(const Q& q, const K& k, const V& v, O&& o);
+
+/// As causal_attention, keeping the probabilities in `cache` for backward (training).
+template <TensorLike Q, TensorLike K, TensorLike V>
+Tensor<scalar_of<Q>, 4> causal_attention(const Q& q, const K& k, const V& v,
+                                         AttentionCache<scalar_of<Q>>& cache);
+
+/// q, k, v and cache from causal_attention(q, k, v, cache), dout: [B, H, T, d_k] →
+/// {dq [B, H, T, d_k], dk, dv [B, H_kv, S, d_k]}. Per head, with P the cached probabilities:
+///   dv = Pᵀ·dout,  dP = dout·vᵀ,  dS = P ⊙ (dP − rowsum(dP ⊙ P)) / √d_k,
+///   dq = dS·k,  dk = dSᵀ·q   (dk, dv summed over the H / H_kv query heads of a group).
+/// @throws ShapeError if a shape does not fit q, or the cache holds another shape.
+template <TensorLike Q, TensorLike K, TensorLike V, TensorLike DO>
+QKV<scalar_of<Q>> causal_attention_backward(const Q& q, const K& k, const V& v,
+                                            const AttentionCache<scalar_of<Q>>& cache,
+                                            const DO& dout);
+
+/// The FLOPs of the two products, q·kᵀ and P·v, counted over the causal triangle only:
+/// 4·B·H·d_k·Σ_t (S − T + t + 1).
+index_t causal_attention_flops(index_t batch, index_t n_heads, index_t tokens, index_t keys,
+                               index_t head_dim);
+
+namespace detail {
+
+/// The heads of a [B, heads, rows, d_k] tensor whose head (b, h) starts head_stride values after
+/// head (b, h − 1): a contiguous tensor (head_stride = rows·d_k) or the first `rows` positions
+/// of a KV cache's [B, H_kv, capacity, d_k] buffer (head_stride = capacity·d_k).
+template <class T>
+struct HeadMatrices {
+  T* data;
+  index_t n_heads;
+  index_t rows;
+  index_t head_dim;
+  index_t head_stride;
+
+  auto head(index_t b, index_t h) const {
+    using Plain = RowMatrix<std::remove_const_t<T>>;
+    using Map = std::conditional_t<std::is_const_v<T>, Eigen::Map<const Plain>, Eigen::Map<Plain>>;
+    return Map(data + (b * n_heads + h) * head_stride, rows, head_dim);
+  }
+};
+
+/// The heads of a contiguous [B, heads, rows, d_k] tensor (const or writable).
+template <class T>
+HeadMatrices<T> heads_of(const TensorView<T, 4>& x) {
+  return {x.data(), x.dim(1), x.dim(2), x.dim(3), x.dim(2) * x.dim(3)};
+}
+
+/// Key tile and query tile of the online softmax: a 64×64 score tile (16 KB in float) stays in
+/// L1 next to its k and v rows.
+inline constexpr index_t attention_key_block = 64;
+inline constexpr index_t attention_query_block = 64;
+
+/// o = causal softmax(q·kᵀ·scale)·v for every (b, h), by online softmax over key blocks. Shapes
+/// already checked: q has B·H heads of T rows, k and v B·H_kv heads of S ≥ T rows.
+template <class Scalar>
+void online_causal_attention(HeadMatrices<const Scalar> q, HeadMatrices<const Scalar> k,
+                             HeadMatrices<const Scalar> v, HeadMatrices<Scalar> o, index_t batch) {
+  const index_t heads = q.n_heads, group = q.n_heads / k.n_heads;
+  const index_t tokens = q.rows, offset = k.rows - q.rows, d_k = q.head_dim;
+  const Scalar scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(d_k)));
+  const index_t pairs = batch * heads;
+  constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
+#ifdef _OPENMP
+#pragma omp parallel if (pairs > 1 && !omp_in_parallel())
+#endif
+  {
+    // One scratch set per thread, allocated once per call, never per head or per block.
+    RowMatrix<Scalar> scores(attention_query_block, attention_key_block);
+    RowMatrix<Scalar> acc(attention_query_block, d_k);
+    Eigen::Matrix<Scalar, Eigen::Dynamic, 1> row_max(attention_query_block),
+        row_sum(attention_query_block);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (index_t pair = 0; pair < pairs; ++pair) {
+      const index_t b = pair / heads, h = pair % heads;
+      const auto q_head = q.head(b, h);
+      const auto k_head = k.head(b, h / group);
+      const auto v_head = v.head(b, h / group);
+      auto o_head = o.head(b, h);
+      for (index_t i0 = 0; i0 < tokens; i0 += attention_query_block) {
+        const index_t rows = std::min(attention_query_block, tokens - i0);
+        const index_t keys = offset + i0 + rows;  // the last query row sees keys [0, keys)
+        row_max.head(rows).setConstant(minus_inf);
+        row_sum.head(rows).setZero();
+        acc.topRows(rows).setZero();
+        for (index_t j0 = 0; j0 < keys; j0 += attention_key_block) {
+          const index_t cols = std::min(attention_key_block, keys - j0);
+          auto tile = scores.topLeftCorner(rows, cols);
+          tile.noalias() = q_head.middleRows(i0, rows) * k_head.middleRows(j0, cols).transpose();
+          tile *= scale;
+          for (index_t r = 0; r < rows; ++r) {
+            const index_t visible = offset + i0 + r + 1 - j0;  // keys of this tile row r sees
+            if (visible < cols) tile.row(r).tail(cols - visible).setConstant(minus_inf);
+            // Every row sees key 0, so after the first tile its maximum is finite and a fully
+            // masked later tile leaves it alone: exp(−inf − max) = 0.
+            const Scalar new_max = std::max(row_max[r], tile.row(r).maxCoeff());
+            const Scalar correction = std::exp(row_max[r] - new_max);
+            tile.row(r) = (tile.row(r).array() - new_max).exp().matrix();
+            row_sum[r] = row_sum[r] * correction + tile.row(r).sum();
+            acc.row(r) *= correction;
+            row_max[r] = new_max;
+          }
+          acc.topRows(rows).noalias() += tile * v_head.middleRows(j0, cols);
+        }
+        o_head.middleRows(i0, rows) =
+            row_sum.head(rows).cwiseInverse().asDiagonal() * acc.topRows(rows);
+      }
+    }
+  }
+}
+
+/// The checks of every attention entry point: q [B, H, T, d_k], k and v [B, H_kv, S, d_k] with
+/// H_kv | H and S ≥ T.
+template <class Scalar>
+void check_attention_inputs(std::string_view op, const ConstTensorView<Scalar, 4>& q,
+                            const ConstTensorView<Scalar, 4>& k,
+                            const ConstTensorView<Scalar, 4>& v) {
+  const auto q_text = format_shape(q.shape());
+  if (k.dim(0) != q.dim(0) || k.dim(3) != q.dim(3)) {
+    throw ShapeError(concat(op, ": k must be [B=", q.dim(0), ", H_kv, S, d_k=", q.dim(3),
+                            "] for q ", q_text, ", got ", format_shape(k.shape())));
+  }
+  if (v.shape() != k.shape()) {
+    throw ShapeError(concat(op, ": v must have k's shape ", format_shape(k.shape()), ", got ",
+                            format_shape(v.shape())));
+  }
+  if (k.dim(1) <= 0 || q.dim(1) % k.dim(1) != 0) {
+    throw ShapeError(concat(op, ": k's heads (axis 1) = ", k.dim(1), " must divide q's heads H = ",
+                            q.dim(1), " (q ", q_text, ", k ", format_shape(k.shape()), ")"));
+  }
+  if (k.dim(2) < q.dim(2)) {
+    throw ShapeError(concat(op, ": k holds S = ", k.dim(2),
+                            " positions (axis 2), fewer than q's T = ", q.dim(2), " (q ", q_text,
+                            ", k ", format_shape(k.shape()), ")"));
+  }
+}
+
+template <class Scalar>
+void check_attention_output(std::string_view op, const char* name, const Shape<4>& shape,
+                            const ConstTensorView<Scalar, 4>& q) {
+  if (shape != q.shape()) {
+    throw ShapeError(concat(op, ": ", name, " must have q's shape ", format_shape(q.shape()),
+                            ", got ", format_shape(shape)));
+  }
+}
+
+}  // namespace detail
+
+// ---- implementation -----------------------------------------------------------------------------
+
+template <TensorLike Q, TensorLike K, TensorLike V, WritableTensor O>
+void causal_attention_into(const Q& q, const K& k, const V& v, O&& o) {
+  using Scalar = scalar_of<Q>;
+  require_layer_scalar<Scalar, K>();
+  require_layer_scalar<Scalar, V>();
+  require_layer_scalar<Scalar, O>();
+  static_assert(rank_of<Q> == 4 && rank_of<K> == 4 && rank_of<V> == 4 && rank_of<O> == 4,
+                "dissect::causal_attention: q, k, v and o are [B, heads, positions, d_k]");
+  constexpr std::string_view op = "causal_attention";
+  const auto qv = const_view(q), kv = const_view(k), vv = const_view(v);
+  const auto out = writable_view(o);
+  detail::check_attention_inputs(op, qv, kv, vv);
+  detail::check_attention_output(op, "o", out.shape(), qv);
+  if (out.overlaps(qv) || out.overlaps(kv) || out.overlaps(vv)) {
+    throw ShapeError(detail::concat(op, ": o must not share memory with q, k or v"));
+  }
+  if (out.empty()) return;
+  detail::online_causal_attention<Scalar>(detail::heads_of(qv), detail::heads_of(kv),
+                                          detail::heads_of(vv), detail::heads_of(out), out.dim(0));
+}
+
+template <TensorLike Q, TensorLike K, TensorLike V>
+Tensor<scalar_of<Q>, 4> causal_attention(const Q& q, const K& k, const V& v) {
+  auto out = Tensor<scalar_of<Q>, 4>::uninitialized(const_view(q).shape());
+  causal_attention_into(q, k, v, out);
+  return out;
+}
+
+template <TensorLike Q, TensorLike K, TensorLike V>
+Tensor<scalar_of<Q>, 4> causal_attention(const Q& q, const K& k, const V& v,
+                                         AttentionCache<scalar_of<Q>>& cache) {
+  using Scalar = scalar_of<Q>;
+  require_layer_scalar<Scalar, K>();
+  require_layer_scalar<Scalar, V>();
+  const auto qv = const_view(q), kv = const_view(k), vv = const_view(v);
+  detail::check_attention_inputs("causal_attention", qv, kv, vv);
+  const index_t batch = qv.dim(0), heads = qv.dim(1), tokens = qv.dim(2), keys = kv.dim(2);
+  const index_t group = heads / kv.dim(1), offset = keys - tokens;
+  const Scalar scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(qv.dim(3))));
+  auto probs = detail::reuse_buffer(cache.probs, Shape<4>{batch, heads, tokens, keys});
+  auto out = Tensor<Scalar, 4>::uninitialized(qv.shape());
+  const auto qh = detail::heads_of(qv), kh = detail::heads_of(kv), vh = detail::heads_of(vv);
+  const auto oh = detail::heads_of(out.view()), ph = detail::heads_of(probs);
+  for (index_t b = 0; b < batch; ++b) {
+    for (index_t h = 0; h < heads; ++h) {
+      auto p = ph.head(b, h);
+      p.noalias() = qh.head(b, h) * kh.head(b, h / group).transpose();
+      for (index_t t = 0; t < tokens; ++t) {
+        // Row t sees keys [0, offset + t]; the masked rest is exactly 0 after the softmax.
+        const index_t visible = offset + t + 1;
+        auto row = p.row(t).head(visible);
+        row *= scale;
+        row = (row.array() - row.maxCoeff()).exp().matrix();
+        row /= row.sum();
+        p.row(t).tail(keys - visible).setZero();
+      }
+      oh.head(b, h).noalias() = p * vh.head(b, h / group);
+    }
+  }
+  return out;
+}
+
+template <TensorLike Q, TensorLike K, TensorLike V, TensorLike DO>
+QKV<scalar_of<Q>> causal_attention_backward(const Q& q, const K& k, const V& v,
+                                            const AttentionCache<scalar_of<Q>>& cache,
+                                            const DO& dout) {
+  using Scalar = scalar_of<Q>;
+  require_layer_scalar<Scalar, K>();
+  require_layer_scalar<Scalar, V>();
+  require_layer_scalar<Scalar, DO>();
+  constexpr std::string_view op = "causal_attention_backward";
+  const auto qv = const_view(q), kv = const_view(k), vv = const_view(v);
+  const auto dov = const_view(dout);
+  detail::check_attention_inputs(op, qv, kv, vv);
+  detail::check_attention_output(op, "dout", dov.shape(), qv);
+  const index_t batch = qv.dim(0), heads = qv.dim(1), tokens = qv.dim(2), keys = kv.dim(2);
+  const Shape<4> probs_shape{batch, heads, tokens, keys};
+  if (cache.probs.shape() != probs_shape) {
+    throw ShapeError(
+        detail::concat(op, ": cache.probs must be [B, H, T, S] = ", format_shape(probs_shape),
+                       ", got ", format_shape(cache.probs.shape()),
+                       " (fill the cache with causal_attention(q, k, v, cache))"));
+  }
+  const index_t group = heads / kv.dim(1), d_k = qv.dim(3);
+  const Scalar scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(d_k)));
+  QKV<Scalar> grads{Tensor<Scalar, 4>::uninitialized(qv.shape()), Tensor<Scalar, 4>(kv.shape()),
+                    Tensor<Scalar, 4>(kv.shape())};
+  const auto qh = detail::heads_of(qv), kh = detail::heads_of(kv), vh = detail::heads_of(vv);
+  const auto doh = detail::heads_of(dov), ph = detail::heads_of(cache.probs.cview());
+  const auto dqh = detail::heads_of(grads.q.view()), dkh = detail::heads_of(grads.k.view()),
+             dvh = detail::heads_of(grads.v.view());
+  RowMatrix<Scalar> d_scores(tokens, keys);  // one head's dP, then dS, reused for every head
+  for (index_t b = 0; b < batch; ++b) {
+    for (index_t h = 0; h < heads; ++h) {
+      const auto p = ph.head(b, h);
+      const auto d_out = doh.head(b, h);
+      dvh.head(b, h / group).noalias() += p.transpose() * d_out;
+      d_scores.noalias() = d_out * vh.head(b, h / group).transpose();
+      // Softmax backward row by row: dS = P ⊙ (dP − Σ_j dP·P) (masked P = 0 gives dS = 0).
+      const Eigen::Matrix<Scalar, Eigen::Dynamic, 1> dot = d_scores.cwiseProduct(p).rowwise().sum();
+      d_scores = p.cwiseProduct((d_scores.colwise() - dot)) * scale;
+      dqh.head(b, h).noalias() = d_scores * kh.head(b, h / group);
+      dkh.head(b, h / group).noalias() += d_scores.transpose() * qh.head(b, h);
+    }
+  }
+  return grads;
+}
+
+inline index_t causal_attention_flops(index_t batch, index_t n_heads, index_t tokens, index_t keys,
+                                      index_t head_dim) {
+  constexpr std::string_view what = "causal_attention_flops";
+  if (batch < 0 || n_heads < 0 || tokens < 0 || head_dim < 0 || keys < tokens) {
+    throw ShapeError(detail::concat(what, ": need sizes >= 0 and keys S >= tokens T (B=", batch,
+                                    ", H=", n_heads, ", T=", tokens, ", S=", keys,
+                                    ", d_k=", head_dim, ")"));
+  }
+  // Σ_{t<T} (S − T + t + 1) = T·(S − T) + T·(T + 1)/2 visible (query, key) pairs.
+  const index_t offset = keys - tokens;
+  const index_t triangle = tokens % 2 == 0 ? checked_mul(tokens / 2, tokens + 1, what)
+                                           : checked_mul(tokens, (tokens + 1) / 2, what);
+  const index_t pairs = checked_add(checked_mul(tokens, offset, what), triangle, what);
+  return checked_product({4, batch, n_heads, head_dim, pairs}, what);
+}
+
+}  // namespace dissect

@@ -1,0 +1,178 @@
+// dissect/kv_cache.hpp — the keys and values of every layer, kept while a model decodes.
+//
+// One KVCache serves one model and one batch: for each of the L layers it holds K and V as
+// [B, H_kv, capacity, d_k], allocated once when it is built, so its bytes are exactly the
+// budget's kv_cache_bytes(L, capacity, H_kv, d_k, dtype) · B, and decoding never allocates for
+// it. A decoding step writes each layer's new positions after the `length()` already held and
+// then advances the length once, for all layers; a step that is refused changes nothing.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+#include "dissect/attention.hpp"
+#include "dissect/config.hpp"
+#include "dissect/error.hpp"
+#include "dissect/shape.hpp"
+#include "dissect/tensor.hpp"
+
+namespace dissect {
+
+template <class Scalar>
+class KVCache {
+ public:
+  using scalar_type = Scalar;
+
+  /// Room for `batch` sequences of `capacity` positions (default: the config's context) in each
+  /// of the config's layers, zero-filled.
+  /// @throws ConfigError if the config is invalid or batch or capacity is ≤ 0; OverflowError if
+  ///         the size leaves int64.
+  KVCache(const TransformerConfig& config, index_t batch,
+          std::optional<index_t> capacity = std::nullopt);
+
+  index_t n_layers() const { return keys_.dim(0); }
+  index_t batch() const { return keys_.dim(1); }
+  index_t n_kv_heads() const { return keys_.dim(2); }
+  index_t capacity() const { return keys_.dim(3); }
+  index_t head_dim() const { return keys_.dim(4); }
+  /// Positions held so far, the same in every layer.
+  index_t length() const { return length_; }
+  /// Positions still free.
+  index_t remaining() const { return capacity() - length_; }
+
+  /// Bytes of K and V storage: 2 · L · B · capacity · H_kv · d_k · sizeof(Scalar).
+  index_t bytes() const { return 2 * keys_.size() * static_cast<index_t>(sizeof(Scalar)); }
+
+  /// Forgets every position (the memory stays, for the next sequence).
+  void clear() { length_ = 0; }
+
+  /// Checks that this cache was built for `config` and `batch` and has room for `tokens` more
+  /// positions. @throws ShapeError naming `op` and what differs (nothing changes).
+  void check_step(std::string_view op, const TransformerConfig& config, index_t batch,
+                  index_t tokens) const;
+
+  /// Writes layer `layer`'s k and v of T new positions, [B, H_kv, T, d_k], after length(); the
+  /// length does not move until advance(). @throws ShapeError if the shapes differ or there is
+  /// no room; Error if layer is out of range (nothing written).
+  template <TensorLike K, TensorLike V>
+  void write(index_t layer, const K& k, const V& v);
+
+  /// Moves length() on by `tokens` once every layer has been written.
+  /// @throws ShapeError if that would pass the capacity (length unchanged).
+  void advance(index_t tokens);
+
+  /// Layer `layer`'s keys and values at positions [0, positions), as attention reads them.
+  detail::HeadMatrices<const Scalar> keys(index_t layer, index_t positions) const {
+    return heads(keys_, layer, positions);
+  }
+  detail::HeadMatrices<const Scalar> values(index_t layer, index_t positions) const {
+    return heads(values_, layer, positions);
+  }
+
+ private:
+  void check_layer(std::string_view op, index_t layer) const;
+  void check_room(std::string_view op, index_t tokens) const;
+  detail::HeadMatrices<const Scalar> heads(const Tensor<Scalar, 5>& store, index_t layer,
+                                           index_t positions) const;
+
+  Tensor<Scalar, 5> keys_;    // [L, B, H_kv, capacity, d_k]
+  Tensor<Scalar, 5> values_;  // [L, B, H_kv, capacity, d_k]
+  index_t length_ = 0;
+};
+
+// ---- implementation -----------------------------------------------------------------------------
+
+namespace detail {
+inline Shape<5> kv_cache_shape(const TransformerConfig& config, index_t batch,
+                               std::optional<index_t> capacity) {
+  config.validate();
+  const index_t positions =
+      require_positive("KVCache", "capacity", capacity.value_or(config.context));
+  return {config.n_layers, require_positive("KVCache", "batch", batch), config.kv_heads(),
+          positions, config.head_size()};
+}
+}  // namespace detail
+
+template <class Scalar>
+KVCache<Scalar>::KVCache(const TransformerConfig& config, index_t batch,
+                         std::optional<index_t> capacity)
+    : keys_(detail::kv_cache_shape(config, batch, capacity)), values_(keys_.shape()) {}
+
+template <class Scalar>
+void KVCache<Scalar>::check_layer(std::string_view op, index_t layer) const {
+  if (layer < 0 || layer >= n_layers()) {
+    throw Error(detail::concat(op, ": layer ", layer, " is out of range [0, ", n_layers(), ")"));
+  }
+}
+
+template <class Scalar>
+void KVCache<Scalar>::check_room(std::string_view op, index_t tokens) const {
+  if (tokens < 0 || tokens > remaining()) {
+    throw ShapeError(detail::concat(op, ": ", tokens, " new positions do not fit the KV cache (",
+                                    length_, " of ", capacity(), " positions used)"));
+  }
+}
+
+template <class Scalar>
+void KVCache<Scalar>::check_step(std::string_view op, const TransformerConfig& config,
+                                 index_t batch, index_t tokens) const {
+  const Shape<5> wanted{config.n_layers, batch, config.kv_heads(), capacity(), config.head_size()};
+  if (wanted != keys_.shape()) {
+    throw ShapeError(detail::concat(
+        op, ": the KV cache was built for [L, B, H_kv, capacity, d_k] = ",
+        format_shape(keys_.shape()), ", this model and batch need ", format_shape(wanted)));
+  }
+  check_room(op, tokens);
+}
+
+template <class Scalar>
+template <TensorLike K, TensorLike V>
+void KVCache<Scalar>::write(index_t layer, const K& k, const V& v) {
+  require_layer_scalar<Scalar, K>();
+  require_layer_scalar<Scalar, V>();
+  constexpr std::string_view op = "KVCache::write";
+  const auto kv = const_view(k), vv = const_view(v);
+  static_assert(rank_of<K> == 4 && rank_of<V> == 4,
+                "KVCache::write: k and v are [B, H_kv, T, d_k]");
+  check_layer(op, layer);
+  const Shape<4> expected{batch(), n_kv_heads(), kv.dim(2), head_dim()};
+  for (const auto* tensor : {&kv, &vv}) {
+    if (tensor->shape() != expected) {
+      throw ShapeError(detail::concat(op, ": ", tensor == &kv ? "k" : "v",
+                                      " must be [B, H_kv, T, d_k] = ", format_shape(expected),
+                                      ", got ", format_shape(tensor->shape())));
+    }
+  }
+  check_room(op, kv.dim(2));
+  const index_t tokens = kv.dim(2), row = head_dim();
+  for (Tensor<Scalar, 5>* store : {&keys_, &values_}) {
+    const Scalar* source = store == &keys_ ? kv.data() : vv.data();
+    for (index_t b = 0; b < batch(); ++b) {
+      for (index_t h = 0; h < n_kv_heads(); ++h, source += tokens * row) {
+        std::copy_n(source, tokens * row, &(*store)(layer, b, h, length_, index_t{0}));
+      }
+    }
+  }
+}
+
+template <class Scalar>
+void KVCache<Scalar>::advance(index_t tokens) {
+  check_room("KVCache::advance", tokens);
+  length_ += tokens;
+}
+
+template <class Scalar>
+detail::HeadMatrices<const Scalar> KVCache<Scalar>::heads(const Tensor<Scalar, 5>& store,
+                                                          index_t layer, index_t positions) const {
+  check_layer("KVCache", layer);
+  if (positions < 0 || positions > capacity()) {
+    throw ShapeError(
+        detail::concat("KVCache: ", positions, " positions asked of a cache of ", capacity()));
+  }
+  // Head (b, h) of this layer starts capacity·d_k values after head (b, h − 1).
+  return {store.data() + layer * batch() * n_kv_heads() * capacity() * head_dim(), n_kv_heads(),
+          positions, head_dim(), capacity() * head_dim()};
+}
+
+}  // namespace dissect

@@ -1,0 +1,266 @@
+// dissect/models/decoder_layer.hpp — one pre-norm decoder layer, GPT-2's or LLaMA's:
+//
+//   x₂ = x + W_O · attention(rope(q), rope(k), v),   q, k, v = QKV(norm₁(x))
+//   y  = x₂ + FFN(norm₂(x₂))
+//
+// built from the library's blocks (QKVProjection, causal attention, AttentionOutput, FeedForward
+// or GatedFeedForward, LayerNorm or RMSNorm). Style (models/styles.hpp) picks the parts and the
+// names; the config gives the sizes. Three forwards: training (keeps what backward needs),
+// inference (online-softmax attention, nothing kept) and decoding with a KV cache.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "dissect/attention.hpp"
+#include "dissect/blocks.hpp"
+#include "dissect/config.hpp"
+#include "dissect/kv_cache.hpp"
+#include "dissect/models/styles.hpp"
+#include "dissect/module.hpp"
+#include "dissect/norm.hpp"
+#include "dissect/rope.hpp"
+#include "dissect/tensor.hpp"
+
+namespace dissect {
+
+/// One stage of a forward pass as it ran: its name (as forward_shape_chain names it) and the
+/// shape of what it produced.
+struct StageShape {
+  std::string stage;
+  std::vector<index_t> shape;
+};
+/// The stages a forward pass recorded, in order (a layer's stages once, for layer 0).
+using ShapeTrace = std::vector<StageShape>;
+
+/// How a model builds its layers' Linear weights: N(0, init_std²), GPT-2's initialisation, with
+/// the projections into the residual stream (W_O, the FFN's down) scaled by 1/√(2L); biases 0,
+/// norms 1. Seeded: the same seed builds the same model.
+struct ModelOptions {
+  double init_std = 0.02;
+  std::optional<std::uint64_t> seed = std::nullopt;
+};
+
+template <class Scalar, class Style>
+class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
+ public:
+  using scalar_type = Scalar;
+  using NormType = Normalization<Scalar, Style::norm>;
+  using FfnType =
+      std::conditional_t<Style::ffn == Ffn::mlp, FeedForward<Scalar>, GatedFeedForward<Scalar>>;
+
+  /// What backward needs from the training forward; reusable across steps.
+  struct Cache {
+    typename NormType::Cache norm1, norm2;
+    Tensor<Scalar, 3> normed1;  ///< norm₁(x): [B, T, D]
+    QKV<Scalar> qkv;            ///< q, k after RoPE (if any), v
+    AttentionCache<Scalar> attention;
+    Tensor<Scalar, 4> attended;  ///< attention output per head: [B, H, T, d_k]
+    Tensor<Scalar, 3> residual;  ///< x₂: [B, T, D]
+    Tensor<Scalar, 3> normed2;   ///< norm₂(x₂)
+    typename FfnType::Cache ffn;
+  };
+
+  /// The layer of `config` (checked with check_style); its Linear layers are drawn from `seed`.
+  /// @throws ConfigError as check_style.
+  DecoderLayer(const TransformerConfig& config, std::uint64_t seed);
+
+  NormType& attention_norm() { return norm1_; }
+  const NormType& attention_norm() const { return norm1_; }
+  QKVProjection<Scalar>& qkv() { return qkv_; }
+  const QKVProjection<Scalar>& qkv() const { return qkv_; }
+  AttentionOutput<Scalar>& attention_output() { return proj_; }
+  const AttentionOutput<Scalar>& attention_output() const { return proj_; }
+  NormType& ffn_norm() { return norm2_; }
+  const NormType& ffn_norm() const { return norm2_; }
+  FfnType& ffn() { return ffn_; }
+  const FfnType& ffn() const { return ffn_; }
+  // for_each_parameter ("ln_1.weight", "attn.qkv.weight", …), zero_grad, parameter_count: from
+  // ComposedModule.
+
+  /// Training: x [B, T, D] at positions 0 … T − 1 → y [B, T, D], keeping what backward needs.
+  /// `rope` is the model's table (rotary styles; null otherwise). Records its stages in `trace`.
+  Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 3> x, Cache& cache,
+                            const RotaryTable<Scalar>* rope, ShapeTrace* trace = nullptr) const;
+
+  /// x, cache from forward(x, cache, …), dy [B, T, D] → dx [B, T, D]; adds into every gradient.
+  Tensor<Scalar, 3> backward(ConstTensorView<Scalar, 3> x, Cache& cache,
+                             ConstTensorView<Scalar, 3> dy, const RotaryTable<Scalar>* rope);
+
+  /// Inference: as the training forward, keeping nothing (attention by online softmax). With a
+  /// KV cache, x holds the T positions after kv->length(): their k and v are written to layer
+  /// `layer` of the cache (whose length the model advances) and q attends to every position held.
+  Tensor<Scalar, 3> infer(ConstTensorView<Scalar, 3> x, const RotaryTable<Scalar>* rope,
+                          KVCache<Scalar>* kv, index_t layer, ShapeTrace* trace = nullptr) const;
+
+ private:
+  friend class ComposedModule<DecoderLayer>;
+  template <class Self, class Visitor>
+  static void visit_members(Self& self, Visitor& visit) {
+    visit_child(Style::attention_norm, self.norm1_, visit);
+    visit_child(Style::attention, self.qkv_, visit);
+    visit_child(Style::attention, self.proj_, visit);
+    visit_child(Style::ffn_norm, self.norm2_, visit);
+    visit_child(Style::mlp, self.ffn_, visit);
+  }
+
+  static FfnType make_ffn(const TransformerConfig& config, std::uint64_t seed);
+  /// q and k rotated in place to positions offset … offset + T − 1 (rotary styles only).
+  static void rotate(QKV<Scalar>& qkv, index_t offset, const RotaryTable<Scalar>* rope);
+  /// x₂ + FFN(norm₂(x₂)) without a cache, x₂ = x + attention output: the inference tail.
+  Tensor<Scalar, 3> finish(ConstTensorView<Scalar, 3> x, Tensor<Scalar, 3> attention_out,
+                           ShapeTrace* trace) const;
+
+  NormType norm1_;
+  QKVProjection<Scalar> qkv_;
+  AttentionOutput<Scalar> proj_;
+  NormType norm2_;
+  FfnType ffn_;
+};
+
+/// GPT-2's block and LLaMA's decoder layer.
+template <class Scalar>
+using GPT2Block = DecoderLayer<Scalar, Gpt2Style>;
+template <class Scalar>
+using LlamaDecoderLayer = DecoderLayer<Scalar, LlamaStyle>;
+
+// ---- implementation -----------------------------------------------------------------------------
+
+namespace detail {
+
+template <std::size_t Rank>
+void trace_stage(ShapeTrace* trace, const char* stage, const Shape<Rank>& shape) {
+  if (trace) trace->push_back({stage, std::vector<index_t>(shape.begin(), shape.end())});
+}
+
+/// The attention stages of a trace: QKV projection (q's features before the split), head split,
+/// scores and softmax ([B, H, T, S]), weighted sum.
+template <class Scalar>
+void trace_attention(ShapeTrace* trace, const QKV<Scalar>& qkv, index_t keys) {
+  if (!trace) return;
+  const auto& q = qkv.q.shape();
+  trace_stage(trace, "QKV projection", Shape<3>{q[0], q[2], q[1] * q[3]});
+  trace_stage(trace, "head split", q);
+  trace_stage(trace, "scores", Shape<4>{q[0], q[1], q[2], keys});
+  trace_stage(trace, "softmax", Shape<4>{q[0], q[1], q[2], keys});
+  trace_stage(trace, "weighted sum", q);
+}
+
+template <class Scalar>
+void add_into(Tensor<Scalar, 3>& target, ConstTensorView<Scalar, 3> addend) {
+  target.vector() += addend.vector();
+}
+
+}  // namespace detail
+
+template <class Scalar, class Style>
+auto DecoderLayer<Scalar, Style>::make_ffn(const TransformerConfig& config, std::uint64_t seed)
+    -> FfnType {
+  if constexpr (Style::ffn == Ffn::mlp) {
+    return FfnType(config.d_model, config.d_ff, Style::activation,
+                   BlockOptions{.bias = config.bias, .seed = seed});
+  } else {
+    return FfnType(config.d_model, config.d_ff,
+                   GatedFeedForwardOptions{.bias = config.bias, .seed = seed});
+  }
+}
+
+template <class Scalar, class Style>
+DecoderLayer<Scalar, Style>::DecoderLayer(const TransformerConfig& config, std::uint64_t seed)
+    : norm1_((check_style<Style>(Style::layer_name, config), config.d_model),
+             config.norm_eps.value_or(NormType::default_eps)),
+      qkv_(config.d_model, config.n_heads,
+           QKVOptions{.n_kv_heads = config.kv_heads(), .bias = config.bias, .seed = seed}),
+      proj_(config.d_model, config.n_heads, BlockOptions{.bias = config.bias, .seed = seed + 1}),
+      norm2_(config.d_model, config.norm_eps.value_or(NormType::default_eps)),
+      ffn_(make_ffn(config, seed + 2)) {}
+
+template <class Scalar, class Style>
+void DecoderLayer<Scalar, Style>::rotate(QKV<Scalar>& qkv, index_t offset,
+                                         const RotaryTable<Scalar>* rope) {
+  if constexpr (Style::positions == Positions::rotary) {
+    if (!rope)
+      throw Error(detail::concat(Style::layer_name, ": a rotary layer needs a RoPE table"));
+    apply_rope_into(qkv.q, qkv.q, offset, *rope);
+    apply_rope_into(qkv.k, qkv.k, offset, *rope);
+  }
+}
+
+template <class Scalar, class Style>
+Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::forward(ConstTensorView<Scalar, 3> x, Cache& cache,
+                                                       const RotaryTable<Scalar>* rope,
+                                                       ShapeTrace* trace) const {
+  cache.normed1 = norm1_.forward(x, cache.norm1);
+  cache.qkv = qkv_.forward(cache.normed1);
+  rotate(cache.qkv, 0, rope);
+  cache.attended = causal_attention(cache.qkv.q, cache.qkv.k, cache.qkv.v, cache.attention);
+  detail::trace_attention(trace, cache.qkv, cache.qkv.k.dim(2));
+  cache.residual = proj_.forward(cache.attended);
+  detail::trace_stage(trace, "head merge + W_O", cache.residual.shape());
+  detail::add_into<Scalar>(cache.residual, x);
+  cache.normed2 = norm2_.forward(cache.residual, cache.norm2);
+  auto y = ffn_.forward(cache.normed2, cache.ffn);
+  detail::trace_stage(trace, "FFN", y.shape());
+  detail::add_into<Scalar>(y, cache.residual);
+  return y;
+}
+
+template <class Scalar, class Style>
+Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::backward(ConstTensorView<Scalar, 3> x, Cache& cache,
+                                                        ConstTensorView<Scalar, 3> dy,
+                                                        const RotaryTable<Scalar>* rope) {
+  // Through the FFN branch and its residual: d x₂ = dy + norm₂ᵀ(FFNᵀ(dy)).
+  auto d_residual =
+      norm2_.backward(cache.residual, cache.norm2, ffn_.backward(cache.normed2, cache.ffn, dy));
+  detail::add_into<Scalar>(d_residual, dy);
+  // Through attention and its residual: dx = d x₂ + norm₁ᵀ(QKVᵀ(attentionᵀ(W_Oᵀ d x₂))).
+  auto grads = causal_attention_backward(cache.qkv.q, cache.qkv.k, cache.qkv.v, cache.attention,
+                                         proj_.backward(cache.attended, d_residual));
+  if constexpr (Style::positions == Positions::rotary) {
+    rope_backward_into(grads.q, grads.q, 0, *rope);
+    rope_backward_into(grads.k, grads.k, 0, *rope);
+  }
+  auto dx = norm1_.backward(x, cache.norm1, qkv_.backward(cache.normed1, grads));
+  detail::add_into<Scalar>(dx, d_residual);
+  return dx;
+}
+
+template <class Scalar, class Style>
+Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::finish(ConstTensorView<Scalar, 3> x,
+                                                      Tensor<Scalar, 3> attention_out,
+                                                      ShapeTrace* trace) const {
+  detail::trace_stage(trace, "head merge + W_O", attention_out.shape());
+  detail::add_into<Scalar>(attention_out, x);
+  auto y = ffn_.forward(norm2_.forward(attention_out));
+  detail::trace_stage(trace, "FFN", y.shape());
+  detail::add_into<Scalar>(y, attention_out);
+  return y;
+}
+
+template <class Scalar, class Style>
+Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::infer(ConstTensorView<Scalar, 3> x,
+                                                     const RotaryTable<Scalar>* rope,
+                                                     KVCache<Scalar>* kv, index_t layer,
+                                                     ShapeTrace* trace) const {
+  auto qkv = qkv_.forward(norm1_.forward(x));
+  const index_t offset = kv ? kv->length() : 0;
+  rotate(qkv, offset, rope);
+  auto attended = Tensor<Scalar, 4>::uninitialized(qkv.q.shape());
+  if (kv) {
+    kv->write(layer, qkv.k, qkv.v);
+    const index_t keys = offset + qkv.q.dim(2);
+    detail::trace_attention(trace, qkv, keys);
+    detail::online_causal_attention<Scalar>(detail::heads_of(qkv.q.cview()), kv->keys(layer, keys),
+                                            kv->values(layer, keys),
+                                            detail::heads_of(attended.view()), x.dim(0));
+  } else {
+    detail::trace_attention(trace, qkv, qkv.k.dim(2));
+    causal_attention_into(qkv.q, qkv.k, qkv.v, attended);
+  }
+  return finish(x, proj_.forward(attended), trace);
+}
+
+}  // namespace dissect

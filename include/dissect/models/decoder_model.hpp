@@ -1,0 +1,360 @@
+// dissect/models/decoder_model.hpp — a whole decoder-only language model: token ids → logits.
+//
+//   x = E[ids] (+ P[positions] for learned positions)
+//   x = layer_{L−1}(… layer_0(x))
+//   logits = norm_f(x) · W_headᵀ,   W_head = E when the head is tied (GPT-2), else its own [V, D]
+//
+// GPT2Model and LlamaModel are this template with a style (models/styles.hpp); the config gives
+// every size, so parameter_count() is count_parameters(config) exactly. Forward comes in three
+// kinds: inference over a whole sequence, decoding with a KV cache, and training, whose cache
+// feeds backward; loss_and_backward is the training step's arithmetic (an optimizer from
+// optim.hpp then updates parameters_of(model)).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "dissect/embedding.hpp"
+#include "dissect/init.hpp"
+#include "dissect/kernels.hpp"
+#include "dissect/kv_cache.hpp"
+#include "dissect/linear.hpp"
+#include "dissect/loss.hpp"
+#include "dissect/models/decoder_layer.hpp"
+#include "dissect/module.hpp"
+#include "dissect/rope.hpp"
+
+namespace dissect {
+
+template <class Scalar, class Style>
+class DecoderModel : public ComposedModule<DecoderModel<Scalar, Style>> {
+ public:
+  using scalar_type = Scalar;
+  using Layer = DecoderLayer<Scalar, Style>;
+  using NormType = typename Layer::NormType;
+
+  /// What backward needs from the training forward; reusable across steps of one shape.
+  struct Cache {
+    Tensor<Scalar, 3> embedded;              ///< the first layer's input: [B, T, D]
+    std::vector<Tensor<Scalar, 3>> outputs;  ///< each layer's output
+    std::vector<typename Layer::Cache> layers;
+    typename NormType::Cache final_norm;
+    Tensor<Scalar, 3> normed;  ///< norm_f(x): [B, T, D]
+  };
+
+  /// A model of `config`'s sizes, initialised as ModelOptions says.
+  /// @throws ConfigError as check_style (invalid config, or one of another family).
+  explicit DecoderModel(const TransformerConfig& config, ModelOptions options = {});
+
+  const TransformerConfig& config() const { return config_; }
+  bool tied() const { return !head_.has_value(); }
+
+  Embedding<Scalar>& token_embedding() { return embedding_; }
+  const Embedding<Scalar>& token_embedding() const { return embedding_; }
+  /// The learned position table [context, D]. @throws Error for a rotary model.
+  Embedding<Scalar>& position_embedding();
+  const Embedding<Scalar>& position_embedding() const;
+  Stack<Layer>& layers() { return layers_; }
+  const Stack<Layer>& layers() const { return layers_; }
+  NormType& final_norm() { return final_norm_; }
+  const NormType& final_norm() const { return final_norm_; }
+  /// The head's weight [V, D] and its gradient: the token embedding's own when tied.
+  TensorView<Scalar, 2> head_weight();
+  ConstTensorView<Scalar, 2> head_weight() const;
+  TensorView<Scalar, 2> head_weight_grad();
+  // for_each_parameter (state_dict names; a tied head is visited once, as wte), zero_grad,
+  // parameter_count: from ComposedModule.
+
+  /// Inference: B×T token ids at positions 0 … T − 1 → logits [B, T, V], keeping nothing.
+  /// Records each stage's shape in `trace` (a layer's stages once). @throws as check_tokens.
+  Tensor<Scalar, 3> forward(TokenBatch tokens, ShapeTrace* trace = nullptr) const;
+
+  /// Decoding: T new tokens per sequence at positions kv.length() … → their logits [B, T, V];
+  /// their keys and values are added to `kv`. Equal to the matching rows of a full forward.
+  /// @throws ShapeError if kv was built for another config or batch or has no room for T more
+  ///         positions; as check_tokens otherwise. Nothing (kv included) changes on a throw.
+  Tensor<Scalar, 3> forward(TokenBatch tokens, KVCache<Scalar>& kv) const;
+  /// A cache of another scalar type is refused at compile time (no silent conversion).
+  template <class Other>
+  requires(!std::is_same_v<Other, Scalar>) Tensor<Scalar, 3> forward(TokenBatch, KVCache<Other>&)
+  const {
+    static_assert(std::is_same_v<Other, Scalar>,
+                  "dissect: the KV cache's scalar type must match the model's");
+    return {};
+  }
+
+  /// A KV cache for this model and `batch` sequences of up to `capacity` positions (default:
+  /// the config's context).
+  KVCache<Scalar> make_kv_cache(index_t batch,
+                                std::optional<index_t> capacity = std::nullopt) const {
+    return KVCache<Scalar>(config_, batch, capacity);
+  }
+
+  /// Training: as forward, keeping in `cache` what backward needs.
+  Tensor<Scalar, 3> forward(TokenBatch tokens, Cache& cache, ShapeTrace* trace = nullptr) const;
+
+  /// tokens and cache from forward(tokens, cache), dlogits [B, T, V] → adds into the gradient of
+  /// every parameter (the tied embedding receives the head's and the lookup's).
+  /// @throws ShapeError (no gradient touched) if dlogits or the cache does not fit the tokens.
+  void backward(TokenBatch tokens, Cache& cache, ConstTensorView<Scalar, 3> dlogits);
+
+  /// The training step's arithmetic: logits of `inputs`, the mean cross-entropy against
+  /// `targets` (B·T ids, row-major; the next tokens for language modelling), and backward from
+  /// it into every gradient. Returns the loss. @throws as forward; ShapeError or Error for
+  /// targets that do not fit (no gradient touched).
+  Scalar loss_and_backward(TokenBatch inputs, std::span<const index_t> targets, Cache& cache);
+
+  /// The checks of every forward before any work: B, T > 0 and positions offset … offset + T − 1
+  /// inside the context. (The embedding, which runs first, then checks ids.size() = B·T and
+  /// each id against V, naming [b, t].)
+  /// @throws ShapeError naming `op`, T, the offset and the context.
+  void check_tokens(std::string_view op, const TokenBatch& tokens, index_t offset) const;
+
+ private:
+  friend class ComposedModule<DecoderModel>;
+  template <class Self, class Visitor>
+  static void visit_members(Self& self, Visitor& visit) {
+    visit_child(Style::token_embedding, self.embedding_, visit);
+    if (self.positions_) visit_child(Style::position_embedding, *self.positions_, visit);
+    visit_child(Style::layers, self.layers_, visit);
+    visit_child(Style::final_norm, self.final_norm_, visit);
+    if (self.head_) visit_child(Style::head, *self.head_, visit);
+  }
+
+  /// E[ids] + P[offset …]: [B, T, D].
+  Tensor<Scalar, 3> embed(const TokenBatch& tokens, index_t offset) const;
+  /// norm_f(x)·W_headᵀ: [B, T, V].
+  Tensor<Scalar, 3> logits_of(ConstTensorView<Scalar, 3> normed, ShapeTrace* trace) const;
+  const RotaryTable<Scalar>* rope() const { return rope_ ? &*rope_ : nullptr; }
+  void initialise(const ModelOptions& options, std::uint64_t seed);
+
+  TransformerConfig config_;
+  Embedding<Scalar> embedding_;
+  std::optional<Embedding<Scalar>> positions_;
+  Stack<Layer> layers_;
+  NormType final_norm_;
+  std::optional<Linear<Scalar>> head_;
+  std::optional<RotaryTable<Scalar>> rope_;
+};
+
+/// GPT-2: wte, wpe, h.N, ln_f, head tied to wte (unless the config unties it).
+template <class Scalar>
+using GPT2Model = DecoderModel<Scalar, Gpt2Style>;
+/// LLaMA: embed_tokens, layers.N, norm, lm_head (untied unless the config ties it).
+template <class Scalar>
+using LlamaModel = DecoderModel<Scalar, LlamaStyle>;
+
+// ---- implementation -----------------------------------------------------------------------------
+
+namespace detail {
+
+template <class Layer>
+Stack<Layer> build_layers(const TransformerConfig& config, std::uint64_t seed) {
+  std::vector<Layer> layers;
+  layers.reserve(static_cast<std::size_t>(config.n_layers));
+  // Each layer's Linear members take consecutive seeds from its own: 3 or 4 per layer.
+  for (index_t i = 0; i < config.n_layers; ++i) {
+    layers.emplace_back(config, seed + 8 * static_cast<std::uint64_t>(i));
+  }
+  return Stack<Layer>(std::move(layers));
+}
+
+}  // namespace detail
+
+template <class Scalar, class Style>
+DecoderModel<Scalar, Style>::DecoderModel(const TransformerConfig& config, ModelOptions options)
+    : config_((check_style<Style>(Style::model_name, config), config)),
+      embedding_(config.vocab, config.d_model, {.init_std = 0, .seed = 0}),
+      layers_(detail::build_layers<Layer>(config, 0)),
+      final_norm_(config.d_model, config.norm_eps.value_or(NormType::default_eps)) {
+  if (config.positions == Positions::learned) {
+    positions_.emplace(config.context, config.d_model, EmbeddingOptions{.init_std = 0, .seed = 0});
+  } else {
+    rope_.emplace(config.head_size(), config.context, config.rope_theta);
+  }
+  if (!config.tied_embeddings) {
+    head_.emplace(config.d_model, config.vocab, LinearOptions{.bias = false, .seed = 0});
+  }
+  initialise(options, options.seed.value_or(next_default_seed()));
+}
+
+template <class Scalar, class Style>
+void DecoderModel<Scalar, Style>::initialise(const ModelOptions& options, std::uint64_t seed) {
+  require_positive_finite(Style::model_name, "init_std", options.init_std);
+  // GPT-2's scheme (HF _init_weights): every matrix N(0, std²), the two projections that write
+  // into the residual stream scaled by 1/√(2L) so its variance does not grow with depth; biases
+  // 0; norm weights 1 (as built).
+  const double residual_std =
+      options.init_std / std::sqrt(2.0 * static_cast<double>(config_.n_layers));
+  Generator generator(seed);
+  this->for_each_parameter([&](const ParameterName& name, auto value, auto) {
+    if constexpr (rank_of<decltype(value)> == 2) {
+      const std::string text = name.str();
+      const bool residual = text.ends_with(".proj.weight") || text.ends_with(".down.weight");
+      fill_normal(value, 0.0, residual ? residual_std : options.init_std, generator);
+    } else if (name.str().ends_with("bias")) {
+      value.fill(0);
+    }
+  });
+}
+
+template <class Scalar, class Style>
+Embedding<Scalar>& DecoderModel<Scalar, Style>::position_embedding() {
+  if (!positions_) {
+    throw Error(detail::concat(Style::model_name, ": rotary positions have no table"));
+  }
+  return *positions_;
+}
+
+template <class Scalar, class Style>
+const Embedding<Scalar>& DecoderModel<Scalar, Style>::position_embedding() const {
+  return const_cast<DecoderModel&>(*this).position_embedding();
+}
+
+template <class Scalar, class Style>
+TensorView<Scalar, 2> DecoderModel<Scalar, Style>::head_weight() {
+  return head_ ? head_->weight() : embedding_.weight();
+}
+
+template <class Scalar, class Style>
+ConstTensorView<Scalar, 2> DecoderModel<Scalar, Style>::head_weight() const {
+  return head_ ? head_->weight() : embedding_.weight();
+}
+
+template <class Scalar, class Style>
+TensorView<Scalar, 2> DecoderModel<Scalar, Style>::head_weight_grad() {
+  return head_ ? head_->weight_grad() : embedding_.weight_grad();
+}
+
+template <class Scalar, class Style>
+void DecoderModel<Scalar, Style>::check_tokens(std::string_view op, const TokenBatch& tokens,
+                                               index_t offset) const {
+  if (tokens.batch <= 0 || tokens.seq <= 0) {
+    throw ShapeError(detail::concat(op, ": need B > 0 and T > 0 tokens, got B = ", tokens.batch,
+                                    ", T = ", tokens.seq));
+  }
+  if (tokens.seq > config_.context - offset) {
+    throw ShapeError(detail::concat(
+        op, ": positions ", offset, " … ", offset + tokens.seq - 1, " (T = ", tokens.seq, " after ",
+        offset, ") exceed the model's context of ", config_.context, " positions"));
+  }
+}
+
+template <class Scalar, class Style>
+Tensor<Scalar, 3> DecoderModel<Scalar, Style>::embed(const TokenBatch& tokens,
+                                                     index_t offset) const {
+  auto x = embedding_.forward(tokens);  // checks every id against V, naming [b, t]
+  if (positions_) {
+    const auto table = positions_->forward_positions(tokens.seq, offset);  // [T, D]
+    x.view().reshape(Shape<2>{tokens.batch, table.size()}).matrix().rowwise() +=
+        table.cview().flatten().vector().transpose();
+  }
+  return x;
+}
+
+template <class Scalar, class Style>
+Tensor<Scalar, 3> DecoderModel<Scalar, Style>::logits_of(ConstTensorView<Scalar, 3> normed,
+                                                         ShapeTrace* trace) const {
+  auto logits = Tensor<Scalar, 3>::uninitialized({normed.dim(0), normed.dim(1), config_.vocab});
+  linear_forward<Scalar>(normed.reshape(Shape<2>{-1, config_.d_model}).matrix(),
+                         head_weight().matrix(), std::nullopt,
+                         logits.view().reshape(Shape<2>{-1, config_.vocab}).matrix());
+  detail::trace_stage(trace, "logits", logits.shape());
+  return logits;
+}
+
+template <class Scalar, class Style>
+Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens, ShapeTrace* trace) const {
+  check_tokens(detail::concat(Style::model_name, "::forward"), tokens, 0);
+  auto x = embed(tokens, 0);
+  detail::trace_stage(trace, "token ids", Shape<2>{tokens.batch, tokens.seq});
+  detail::trace_stage(trace, "embedding", x.shape());
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    x = layers_.at(i).infer(x, rope(), nullptr, 0, i == 0 ? trace : nullptr);
+  }
+  return logits_of(final_norm_.forward(x), trace);
+}
+
+template <class Scalar, class Style>
+Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens,
+                                                       KVCache<Scalar>& kv) const {
+  const std::string op = detail::concat(Style::model_name, "::forward (KV cache)");
+  kv.check_step(op, config_, tokens.batch, tokens.seq);
+  check_tokens(op, tokens, kv.length());
+  auto x = embed(tokens, kv.length());  // the last check: every id in range
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    x = layers_.at(i).infer(x, rope(), &kv, static_cast<index_t>(i));
+  }
+  kv.advance(tokens.seq);
+  return logits_of(final_norm_.forward(x), nullptr);
+}
+
+template <class Scalar, class Style>
+Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens, Cache& cache,
+                                                       ShapeTrace* trace) const {
+  check_tokens(detail::concat(Style::model_name, "::forward"), tokens, 0);
+  cache.embedded = embed(tokens, 0);
+  detail::trace_stage(trace, "token ids", Shape<2>{tokens.batch, tokens.seq});
+  detail::trace_stage(trace, "embedding", cache.embedded.shape());
+  cache.outputs.resize(layers_.size());
+  cache.layers.resize(layers_.size());
+  ConstTensorView<Scalar, 3> x = cache.embedded;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    cache.outputs[i] = layers_.at(i).forward(x, cache.layers[i], rope(), i == 0 ? trace : nullptr);
+    x = cache.outputs[i];
+  }
+  cache.normed = final_norm_.forward(x, cache.final_norm);
+  return logits_of(cache.normed, trace);
+}
+
+template <class Scalar, class Style>
+void DecoderModel<Scalar, Style>::backward(TokenBatch tokens, Cache& cache,
+                                           ConstTensorView<Scalar, 3> dlogits) {
+  const std::string op = detail::concat(Style::model_name, "::backward");
+  check_tokens(op, tokens, 0);
+  const Shape<3> hidden{tokens.batch, tokens.seq, config_.d_model};
+  const Shape<3> logits{tokens.batch, tokens.seq, config_.vocab};
+  if (dlogits.shape() != logits) {
+    throw ShapeError(detail::concat(op, ": dlogits must be [B, T, V] = ", format_shape(logits),
+                                    ", got ", format_shape(dlogits.shape())));
+  }
+  if (cache.embedded.shape() != hidden || cache.normed.shape() != hidden ||
+      cache.outputs.size() != layers_.size()) {
+    throw ShapeError(detail::concat(op, ": the cache does not hold a forward of ",
+                                    format_shape(hidden),
+                                    " (fill it with forward(tokens, cache))"));
+  }
+  // The head: d normed = dlogits·W, dW += dlogitsᵀ·normed (into wte's gradient when tied).
+  auto d_normed = Tensor<Scalar, 3>::uninitialized(hidden);
+  linear_backward<Scalar>(cache.normed.cview().reshape(Shape<2>{-1, config_.d_model}).matrix(),
+                          head_weight().matrix(),
+                          dlogits.reshape(Shape<2>{-1, config_.vocab}).matrix(),
+                          d_normed.view().reshape(Shape<2>{-1, config_.d_model}).matrix(),
+                          head_weight_grad().matrix(), std::nullopt);
+  auto dx = final_norm_.backward(cache.outputs.back(), cache.final_norm, d_normed);
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    const ConstTensorView<Scalar, 3> input = i == 0 ? cache.embedded : cache.outputs[i - 1];
+    dx = layers_.at(i).backward(input, cache.layers[i], dx, rope());
+  }
+  embedding_.backward(tokens, dx);
+  if (positions_) positions_->backward_positions(dx, 0);
+}
+
+template <class Scalar, class Style>
+Scalar DecoderModel<Scalar, Style>::loss_and_backward(TokenBatch inputs,
+                                                      std::span<const index_t> targets,
+                                                      Cache& cache) {
+  auto logits = forward(inputs, cache);
+  const auto rows = logits.view().reshape(Shape<2>{-1, config_.vocab});
+  // The gradient overwrites the logits in place: they are not needed after the loss.
+  const Scalar loss = cross_entropy_forward_backward(rows, targets, rows);
+  backward(inputs, cache, logits.cview());
+  return loss;
+}
+
+}  // namespace dissect

@@ -1,0 +1,496 @@
+// Tests of dissect/models: GPT2Model and LlamaModel against PyTorch (logits, loss and every
+// parameter's gradient, float32 and float64), cached decoding against the full forward, the
+// live shape trace against forward_shape_chain, counts against count_parameters, finite
+// differences in double, and the bad inputs of the issue (ids, positions, KV caches, configs),
+// each of which must throw and change nothing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dissect/count.hpp"
+#include "dissect/forward_chain.hpp"
+#include "dissect/models/decoder_model.hpp"
+#include "support/fixture_testing.hpp"
+#include "support/gradcheck.hpp"
+#include "support/tensor_testing.hpp"
+
+namespace dissect {
+namespace {
+
+using testing::FloatAndDouble;
+
+// ---- fixtures: the config, the weights, the tokens ----------------------------------------------
+
+TransformerConfig config_from(const testing::Fixture& fixture) {
+  TransformerConfig config;
+  config.d_model = fixture.meta_int("d_model");
+  config.n_layers = fixture.meta_int("n_layers");
+  config.n_heads = fixture.meta_int("n_heads");
+  config.n_kv_heads = fixture.meta_int("n_kv_heads");
+  config.head_dim = fixture.meta_int("head_dim");
+  config.d_ff = fixture.meta_int("d_ff");
+  config.vocab = fixture.meta_int("vocab");
+  config.context = fixture.meta_int("context");
+  config.tied_embeddings = fixture.meta_bool("tied");
+  config.bias = fixture.meta_bool("bias");
+  config.norm_eps = std::stod(fixture.meta_str("norm_eps"));
+  if (fixture.has_meta("rope_theta")) {
+    config.positions = Positions::rotary;
+    config.norm = Norm::rms_norm;
+    config.ffn = Ffn::gated;
+    config.rope_theta = std::stod(fixture.meta_str("rope_theta"));
+  }
+  return config;
+}
+
+std::vector<index_t> ids_of(const testing::FixtureTensor& tensor) {
+  return std::vector<index_t>(tensor.values.begin(), tensor.values.end());
+}
+
+/// Copies every parameter from the fixture by its state_dict name; the fixture must hold exactly
+/// the model's parameters.
+template <class Model>
+void load_weights(Model& model, const testing::Fixture& weights) {
+  std::size_t loaded = 0;
+  model.for_each_parameter([&](const ParameterName& name, auto value, auto) {
+    using View = decltype(value);
+    const auto source =
+        testing::tensor_from<scalar_of<View>, rank_of<View>>(weights.tensor(name.str()));
+    value.copy_from(source.cview());
+    ++loaded;
+  });
+  ASSERT_EQ(loaded, weights.tensors.size()) << "the fixture holds parameters the model lacks";
+}
+
+testing::Fixture model_fixture(const std::string& file) {
+  return testing::read_fixture(testing::fixture_dir("model") / file);
+}
+
+/// Normwise comparison: max |actual − expected| ≤ tolerance · max |expected|.
+template <TensorLike A, TensorLike B>
+::testing::AssertionResult normwise_close(const A& actual, const B& expected, double tolerance) {
+  const auto a = const_view(actual);
+  const auto e = const_view(expected);
+  if (a.shape() != e.shape()) {
+    return ::testing::AssertionFailure()
+           << "shapes differ: " << format_shape(a.shape()) << " vs " << format_shape(e.shape());
+  }
+  double scale = 0, worst = 0;
+  index_t at = 0;
+  for (index_t i = 0; i < e.size(); ++i) {
+    scale = std::max(scale, std::abs(static_cast<double>(e.data()[i])));
+    const double diff = std::abs(static_cast<double>(a.data()[i]) - e.data()[i]);
+    if (!(diff <= worst)) worst = diff, at = i;
+  }
+  if (worst <= tolerance * scale) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "max |diff| " << worst << " at flat " << at << " exceeds " << tolerance << " · "
+         << scale << " (ours " << a.data()[at] << ", reference " << e.data()[at] << ")";
+}
+
+/// The normwise tolerance of a whole model in Scalar. Each output is S stages deep (per layer:
+/// two norms, QKV, scores, softmax, P·v, W_O, two FFN products, and the head), each a reduction
+/// of length ≤ K = max(D, F, T, V) whose rounding is ≤ γ_K of the magnitudes it sums (Higham
+/// §3.1). Both implementations round independently (×2), and the norms divide by a row's σ,
+/// which magnifies an absolute error by the ratio of the row's scale to σ: ≤ 4 here, with
+/// γ = 1 ± 0.1 weights and rows of N(0, 0.02²)-scale values. So 2·4·S·γ_K, relative to the
+/// tensor's largest value; gradients run the chain twice (forward, backward): 2S stages.
+template <class Scalar>
+double model_tolerance(const TransformerConfig& c, index_t tokens, bool gradient) {
+  const index_t depth = (9 * c.n_layers + 2) * (gradient ? 2 : 1);
+  const index_t longest = std::max({c.d_model, c.d_ff, tokens, c.vocab});
+  return 2.0 * 4.0 * static_cast<double>(depth) * testing::gamma<Scalar>(longest);
+}
+
+template <class Model>
+void expect_matches_torch(const std::string& family) {
+  using Scalar = typename Model::scalar_type;
+  const auto weights = model_fixture("weights_" + family + ".txt");
+  const auto run =
+      model_fixture((std::is_same_v<Scalar, float> ? "f32_" : "f64_") + family + ".txt");
+  const TransformerConfig config = config_from(weights);
+  Model model(config, {.seed = 1});
+  load_weights(model, weights);
+
+  const auto ids = ids_of(run.tensor("ids"));
+  const auto targets = ids_of(run.tensor("targets"));
+  const index_t batch = run.tensor("ids").shape[0], tokens = run.tensor("ids").shape[1];
+  const TokenBatch inputs{ids, batch, tokens};
+  const auto torch_logits = testing::tensor_from<Scalar, 3>(run.tensor("logits"));
+
+  const double forward_tol = model_tolerance<Scalar>(config, tokens, false);
+  EXPECT_TRUE(normwise_close(model.forward(inputs), torch_logits, forward_tol)) << "inference";
+  typename Model::Cache cache;
+  EXPECT_TRUE(normwise_close(model.forward(inputs, cache), torch_logits, forward_tol))
+      << "training forward";
+
+  model.zero_grad();
+  const Scalar loss = model.loss_and_backward(inputs, targets, cache);
+  const double torch_loss = run.tensor("loss").values.at(0);
+  EXPECT_NEAR(loss, torch_loss, forward_tol * std::abs(torch_loss));
+
+  const double gradient_tol = model_tolerance<Scalar>(config, tokens, true);
+  std::size_t checked = 0;
+  model.for_each_parameter([&](const ParameterName& name, auto, auto grad) {
+    using View = decltype(grad);
+    SCOPED_TRACE(name.str());
+    const auto torch_grad =
+        testing::tensor_from<Scalar, rank_of<View>>(run.tensor("grad." + name.str()));
+    // (wpe's rows T … context − 1 are never used: exactly zero in both.)
+    EXPECT_TRUE(normwise_close(grad, torch_grad, gradient_tol));
+    ++checked;
+  });
+  EXPECT_EQ(checked, weights.tensors.size());
+}
+
+template <class Scalar>
+class ModelFixtures : public ::testing::Test {};
+TYPED_TEST_SUITE(ModelFixtures, FloatAndDouble);
+
+TYPED_TEST(ModelFixtures, Gpt2MatchesTorchLogitsLossAndEveryGradient) {
+  expect_matches_torch<GPT2Model<TypeParam>>("gpt2");
+}
+
+TYPED_TEST(ModelFixtures, LlamaMatchesTorchLogitsLossAndEveryGradient) {
+  expect_matches_torch<LlamaModel<TypeParam>>("llama");
+}
+
+// ---- small models for the algebraic tests -------------------------------------------------------
+
+TransformerConfig small_gpt2() {
+  return {.d_model = 16, .n_layers = 2, .n_heads = 4, .d_ff = 32, .vocab = 23, .context = 12};
+}
+
+TransformerConfig small_llama() {
+  return {.d_model = 16,
+          .n_layers = 2,
+          .n_heads = 4,
+          .n_kv_heads = 2,
+          .d_ff = 24,
+          .vocab = 23,
+          .context = 12,
+          .tied_embeddings = false,
+          .positions = Positions::rotary,
+          .norm = Norm::rms_norm,
+          .bias = false,
+          .ffn = Ffn::gated};
+}
+
+std::vector<index_t> random_ids(std::size_t count, index_t vocab, std::uint64_t seed) {
+  std::mt19937_64 engine(seed);
+  std::uniform_int_distribution<index_t> pick(0, vocab - 1);
+  std::vector<index_t> ids(count);
+  for (auto& id : ids) id = pick(engine);
+  return ids;
+}
+
+/// Rows [first, first + T) of every sequence of a B×S id batch.
+std::vector<index_t> slice_positions(const std::vector<index_t>& ids, index_t batch, index_t seq,
+                                     index_t first, index_t count) {
+  std::vector<index_t> out;
+  for (index_t b = 0; b < batch; ++b) {
+    for (index_t t = first; t < first + count; ++t) out.push_back(ids[b * seq + t]);
+  }
+  return out;
+}
+
+/// Logits [B, S, V] at positions [first, first + count): what a decoding step should return.
+template <class Scalar>
+Tensor<Scalar, 3> slice_logits(const Tensor<Scalar, 3>& logits, index_t first, index_t count) {
+  Tensor<Scalar, 3> out({logits.dim(0), count, logits.dim(2)});
+  for (index_t b = 0; b < logits.dim(0); ++b) {
+    for (index_t t = 0; t < count; ++t) {
+      for (index_t v = 0; v < logits.dim(2); ++v) out(b, t, v) = logits(b, first + t, v);
+    }
+  }
+  return out;
+}
+
+/// Every parameter's and gradient's values, to prove a refused call changed nothing.
+template <class Model>
+std::vector<double> state_of(const Model& model) {
+  std::vector<double> state;
+  model.for_each_parameter([&](const ParameterName&, auto value, auto grad) {
+    state.insert(state.end(), value.begin(), value.end());
+    state.insert(state.end(), grad.begin(), grad.end());
+  });
+  return state;
+}
+
+template <class Scalar>
+class ModelAlgebra : public ::testing::Test {};
+TYPED_TEST_SUITE(ModelAlgebra, FloatAndDouble);
+
+/// Decoding with a KV cache, in the given chunks of new positions, equals the full forward.
+template <class Model>
+void expect_cached_decoding_equals_full_forward(const TransformerConfig& config,
+                                                const std::vector<index_t>& chunks) {
+  using Scalar = typename Model::scalar_type;
+  Model model(config, {.init_std = 0.2, .seed = 7});
+  const index_t batch = 2, seq = config.context;
+  const auto ids = random_ids(static_cast<std::size_t>(batch * seq), config.vocab, 11);
+  const auto full = model.forward(TokenBatch{ids, batch, seq});
+  auto kv = model.make_kv_cache(batch);
+  index_t first = 0;
+  for (index_t count : chunks) {
+    SCOPED_TRACE(testing::concat_for_trace("positions ", first, " + ", count));
+    const auto step = slice_positions(ids, batch, seq, first, count);
+    const auto logits = model.forward(TokenBatch{step, batch, count}, kv);
+    EXPECT_TRUE(normwise_close(logits, slice_logits(full, first, count),
+                               model_tolerance<Scalar>(config, seq, false)));
+    first += count;
+    EXPECT_EQ(kv.length(), first);
+  }
+}
+
+TYPED_TEST(ModelAlgebra, Gpt2CachedDecodingEqualsFullForward) {
+  const std::vector<index_t> one_by_one(12, 1);
+  expect_cached_decoding_equals_full_forward<GPT2Model<TypeParam>>(small_gpt2(), one_by_one);
+  expect_cached_decoding_equals_full_forward<GPT2Model<TypeParam>>(small_gpt2(), {5, 3, 1, 3});
+}
+
+TYPED_TEST(ModelAlgebra, LlamaCachedDecodingEqualsFullForward) {
+  const std::vector<index_t> one_by_one(12, 1);
+  expect_cached_decoding_equals_full_forward<LlamaModel<TypeParam>>(small_llama(), one_by_one);
+  expect_cached_decoding_equals_full_forward<LlamaModel<TypeParam>>(small_llama(), {5, 3, 1, 3});
+}
+
+TYPED_TEST(ModelAlgebra, CausalityLaterTokensDoNotChangeEarlierLogits) {
+  LlamaModel<TypeParam> model(small_llama(), {.init_std = 0.2, .seed = 3});
+  auto ids = random_ids(12, 23, 5);
+  const auto before = model.forward(TokenBatch{ids, 1, 12});
+  ids[8] = (ids[8] + 1) % 23;
+  const auto after = model.forward(TokenBatch{ids, 1, 12});
+  EXPECT_TENSOR_EQ(slice_logits(after, 0, 8), slice_logits(before, 0, 8));
+  EXPECT_FALSE(normwise_close(slice_logits(after, 8, 4), slice_logits(before, 8, 4), 1e-3));
+}
+
+TEST(Models, ParameterCountEqualsCountParametersForEveryStyleChoice) {
+  for (bool tied : {true, false}) {
+    for (bool bias : {true, false}) {
+      for (index_t kv_heads : {4, 2, 1}) {
+        SCOPED_TRACE(testing::concat_for_trace("tied=", tied, " bias=", bias, " H_kv=", kv_heads));
+        TransformerConfig gpt2 = small_gpt2(), llama = small_llama();
+        for (TransformerConfig* config : {&gpt2, &llama}) {
+          config->tied_embeddings = tied;
+          config->bias = bias;
+          config->n_kv_heads = kv_heads;
+        }
+        EXPECT_EQ(GPT2Model<float>(gpt2).parameter_count(), count_parameters(gpt2).total);
+        EXPECT_EQ(LlamaModel<float>(llama).parameter_count(), count_parameters(llama).total);
+      }
+    }
+  }
+}
+
+TEST(Models, ParametersHaveStateDictNames) {
+  const auto gpt2 = parameter_names(GPT2Model<float>(small_gpt2()));
+  ASSERT_EQ(gpt2.size(), 2u + 12u * 2 + 2u);
+  EXPECT_EQ(gpt2.front(), "wte.weight");
+  EXPECT_EQ(gpt2[1], "wpe.weight");
+  EXPECT_EQ(gpt2[2], "h.0.ln_1.weight");
+  EXPECT_EQ(gpt2[4], "h.0.attn.qkv.weight");
+  EXPECT_EQ(gpt2[6], "h.0.attn.proj.weight");
+  EXPECT_EQ(gpt2[10], "h.0.mlp.up.weight");
+  EXPECT_EQ(gpt2.back(), "ln_f.bias");  // tied: no lm_head.weight of its own
+  const auto llama = parameter_names(LlamaModel<float>(small_llama()));
+  ASSERT_EQ(llama.size(), 1u + 7u * 2 + 2u);
+  EXPECT_EQ(llama[1], "layers.0.input_layernorm.weight");
+  EXPECT_EQ(llama[2], "layers.0.self_attn.qkv.weight");
+  EXPECT_EQ(llama[5], "layers.0.mlp.gate.weight");
+  EXPECT_EQ(llama.back(), "lm_head.weight");
+}
+
+/// The recorded stages equal forward_shape_chain's, stage by stage; the chain's last stage,
+/// sampling, is not part of a forward pass.
+template <class Model>
+void expect_trace_equals_chain(const TransformerConfig& config, index_t batch, index_t seq) {
+  Model model(config);
+  const auto ids = random_ids(static_cast<std::size_t>(batch * seq), config.vocab, 1);
+  const auto chain = forward_shape_chain(config, batch, seq);
+  ShapeTrace inference, training;
+  model.forward(TokenBatch{ids, batch, seq}, &inference);
+  typename Model::Cache cache;
+  model.forward(TokenBatch{ids, batch, seq}, cache, &training);
+  for (const ShapeTrace* trace : {&inference, &training}) {
+    ASSERT_EQ(trace->size() + 1, chain.steps().size());
+    for (std::size_t i = 0; i < trace->size(); ++i) {
+      EXPECT_EQ((*trace)[i].stage, chain.steps()[i].stage);
+      EXPECT_EQ((*trace)[i].shape, chain.steps()[i].shape.sizes) << (*trace)[i].stage;
+    }
+  }
+  EXPECT_EQ(chain.steps().back().stage, "sampling");
+}
+
+TEST(Models, RecordedShapeChainEqualsForwardShapeChain) {
+  expect_trace_equals_chain<GPT2Model<float>>(small_gpt2(), 3, 7);
+  expect_trace_equals_chain<LlamaModel<float>>(small_llama(), 2, 12);
+}
+
+TYPED_TEST(ModelAlgebra, TiedEmbeddingReceivesTheHeadsAndTheLookupsGradients) {
+  GPT2Model<TypeParam> model(small_gpt2(), {.init_std = 0.2, .seed = 4});
+  std::vector<index_t> ids{1, 2, 3, 1, 5, 8, 2, 2};  // ids 0, 4, 6, 7, 9… never looked up
+  const TokenBatch tokens{ids, 2, 4};
+  typename GPT2Model<TypeParam>::Cache cache;
+  const auto logits = model.forward(tokens, cache);
+  std::mt19937_64 engine(9);
+  const auto dlogits = testing::random_tensor<TypeParam, 3>(logits.shape(), engine, -1, 1);
+  model.zero_grad();
+  model.backward(tokens, cache, dlogits);
+  // Row v of the head's gradient is Σ_{b,t} dlogits[b, t, v]·normed[b, t, :]; an unused id's
+  // row has only that, a used id's row has the lookup's gradient on top.
+  const auto grad = model.token_embedding().weight_grad();
+  for (index_t v : {0, 4, 9, 1, 2}) {
+    double worst = 0, size = 0;
+    for (index_t d = 0; d < 16; ++d) {
+      double head = 0;
+      for (index_t r = 0; r < 8; ++r) {
+        head += static_cast<double>(dlogits.data()[r * 23 + v]) * cache.normed.data()[r * 16 + d];
+      }
+      worst = std::max(worst, std::abs(grad(v, d) - head));
+      size = std::max(size, std::abs(head));
+    }
+    const bool used = std::count(ids.begin(), ids.end(), v) > 0;
+    if (used) {
+      EXPECT_GT(worst, 1e-3 * size) << "id " << v << " lost its lookup gradient";
+    } else {
+      EXPECT_LE(worst, 64 * testing::gamma<TypeParam>(8) * size) << "id " << v;
+    }
+  }
+}
+
+/// d loss / d parameter by central differences in double, on a sample of every parameter.
+template <class Model>
+void expect_gradients_match_finite_differences(const TransformerConfig& config) {
+  Model model(config, {.init_std = 0.3, .seed = 21});
+  // Non-trivial norm weights and biases, so their gradients are not the trivial ones.
+  std::mt19937_64 engine(2);
+  model.for_each_parameter([&](const ParameterName&, auto value, auto) {
+    if constexpr (rank_of<decltype(value)> == 1) {
+      for (auto& x : value) x += std::uniform_real_distribution<double>(-0.3, 0.3)(engine);
+    }
+  });
+  const index_t batch = 2, seq = 6;
+  const auto ids = random_ids(static_cast<std::size_t>(batch * seq), config.vocab, 3);
+  const auto targets = random_ids(ids.size(), config.vocab, 4);
+  const TokenBatch tokens{ids, batch, seq};
+  typename Model::Cache cache;
+  model.zero_grad();
+  model.loss_and_backward(tokens, targets, cache);
+  const auto loss = [&] {
+    const auto logits = model.forward(tokens);
+    return cross_entropy(logits.cview().reshape(Shape<2>{-1, config.vocab}), targets);
+  };
+  model.for_each_parameter([&](const ParameterName& name, auto value, auto grad) {
+    SCOPED_TRACE(name.str());
+    const auto analytic = testing::snapshot(grad);
+    EXPECT_GRADIENT_OK(
+        testing::gradcheck(loss, value, analytic, {.richardson = true, .sample = 12, .seed = 5}));
+  });
+}
+
+TEST(Models, Gpt2GradientsMatchFiniteDifferences) {
+  TransformerConfig config = small_gpt2();
+  config.tied_embeddings = true;
+  expect_gradients_match_finite_differences<GPT2Model<double>>(config);
+}
+
+TEST(Models, LlamaGradientsMatchFiniteDifferences) {
+  expect_gradients_match_finite_differences<LlamaModel<double>>(small_llama());
+}
+
+// ---- bad input: a clear error and no change ----------------------------------------------------
+
+TEST(ModelErrors, TokenIdOutsideTheVocabularyNamesBatchAndPosition) {
+  LlamaModel<float> model(small_llama());
+  std::vector<index_t> ids(8, 1);
+  ids[6] = 23;
+  EXPECT_THROW_WITH(model.forward(TokenBatch{ids, 2, 4}), Error, "token 23 at [1, 2]");
+  ids[6] = -1;
+  EXPECT_THROW_WITH(model.forward(TokenBatch{ids, 2, 4}), Error, "token -1 at [1, 2]");
+  auto kv = model.make_kv_cache(2);
+  EXPECT_THROW_WITH(model.forward(TokenBatch{ids, 2, 4}, kv), Error, "token -1 at [1, 2]");
+  EXPECT_EQ(kv.length(), 0);
+}
+
+TEST(ModelErrors, SequencesLongerThanTheContextAreRefused) {
+  GPT2Model<float> model(small_gpt2());
+  const auto ids = random_ids(13, 23, 1);
+  EXPECT_THROW_WITH(model.forward(TokenBatch{ids, 1, 13}), ShapeError,
+                    "GPT2Model::forward: positions 0 … 12 (T = 13 after 0) exceed the model's "
+                    "context of 12 positions");
+  EXPECT_THROW_WITH(model.forward(TokenBatch{ids, 1, 0}), ShapeError, "need B > 0 and T > 0");
+}
+
+TEST(ModelErrors, AFullKvCacheRefusesAStepAndStaysUsable) {
+  GPT2Model<double> model(small_gpt2(), {.init_std = 0.2, .seed = 1});
+  const auto ids = random_ids(12, 23, 2);
+  const auto full = model.forward(TokenBatch{ids, 1, 12});
+  auto kv = model.make_kv_cache(1, 6);
+  model.forward(TokenBatch{slice_positions(ids, 1, 12, 0, 4), 1, 4}, kv);
+  const auto step = slice_positions(ids, 1, 12, 4, 3);
+  EXPECT_THROW_WITH(model.forward(TokenBatch{step, 1, 3}, kv), ShapeError,
+                    "3 new positions do not fit the KV cache (4 of 6 positions used)");
+  EXPECT_EQ(kv.length(), 4);
+  const auto logits = model.forward(TokenBatch{slice_positions(ids, 1, 12, 4, 2), 1, 2}, kv);
+  EXPECT_TRUE(normwise_close(logits, slice_logits(full, 4, 2), 1e-12));
+}
+
+TEST(ModelErrors, AKvCacheOfAnotherConfigOrBatchIsRefused) {
+  LlamaModel<float> model(small_llama());
+  const auto ids = random_ids(2, 23, 2);
+  TransformerConfig other = small_llama();
+  other.n_kv_heads = 4;
+  KVCache<float> wrong_heads(other, 2);
+  EXPECT_THROW_WITH(model.forward(TokenBatch{ids, 2, 1}, wrong_heads), ShapeError,
+                    "the KV cache was built for [L, B, H_kv, capacity, d_k] = [2, 2, 4, 12, 4], "
+                    "this model and batch need [2, 2, 2, 12, 4]");
+  auto one_sequence = model.make_kv_cache(1);
+  EXPECT_THROW_WITH(model.forward(TokenBatch{ids, 2, 1}, one_sequence), ShapeError,
+                    "this model and batch need [2, 2, 2, 12, 4]");
+  EXPECT_EQ(wrong_heads.length(), 0);
+  EXPECT_EQ(one_sequence.length(), 0);
+}
+
+TEST(ModelErrors, AConfigOfAnotherFamilyOrWithNanIsRefused) {
+  EXPECT_THROW_WITH(GPT2Model<float>{small_llama()}, ConfigError,
+                    "GPT2Model: config.norm is rms_norm, GPT2Model needs layer_norm");
+  EXPECT_THROW_WITH(LlamaModel<float>{small_gpt2()}, ConfigError,
+                    "LlamaModel: config.norm is layer_norm, LlamaModel needs rms_norm");
+  TransformerConfig nan_theta = small_llama();
+  nan_theta.rope_theta = std::nan("");
+  EXPECT_THROW_WITH(LlamaModel<float>{nan_theta}, ConfigError,
+                    "rope_theta must be finite and > 0 (got nan)");
+  TransformerConfig bad_eps = small_gpt2();
+  bad_eps.norm_eps = -1e-5;
+  EXPECT_THROW_WITH(GPT2Model<float>{bad_eps}, ConfigError, "norm_eps must be finite and > 0");
+}
+
+TEST(ModelErrors, RefusedTrainingCallsChangeNoParameterOrGradient) {
+  GPT2Model<float> model(small_gpt2(), {.seed = 2});
+  const auto ids = random_ids(8, 23, 3);
+  const TokenBatch tokens{ids, 2, 4};
+  GPT2Model<float>::Cache cache;
+  model.loss_and_backward(tokens, random_ids(8, 23, 4), cache);
+  const auto before = state_of(model);
+  auto short_targets = random_ids(7, 23, 4);
+  EXPECT_THROW(model.loss_and_backward(tokens, short_targets, cache), ShapeError);
+  auto bad_target = random_ids(8, 23, 4);
+  bad_target[3] = 23;
+  EXPECT_THROW_WITH(model.loss_and_backward(tokens, bad_target, cache), Error, "23");
+  Tensor<float, 3> wrong({2, 4, 22});
+  EXPECT_THROW_WITH(model.backward(tokens, cache, wrong), ShapeError,
+                    "dlogits must be [B, T, V] = [2, 4, 23], got [2, 4, 22]");
+  GPT2Model<float>::Cache empty;
+  EXPECT_THROW_WITH(model.backward(tokens, empty, Tensor<float, 3>({2, 4, 23})), ShapeError,
+                    "the cache does not hold a forward of [2, 4, 16]");
+  EXPECT_EQ(state_of(model), before);
+}
+
+}  // namespace
+}  // namespace dissect
