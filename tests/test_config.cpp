@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <set>
 #include <string>
 
@@ -98,6 +100,25 @@ TEST(Config, KvHeadsMustDivideHeads) {
   EXPECT_THROW_WITH(config.validate(), ConfigError, "n_kv_heads 3 does not divide n_heads 4");
   config.n_kv_heads = 8;  // more KV heads than query heads
   EXPECT_THROW_WITH(config.validate(), ConfigError, "n_kv_heads 8 does not divide n_heads 4");
+}
+
+TEST(Config, RopeThetaAndNormEpsMustBeFiniteAndPositive) {
+  TransformerConfig c = find_preset("gpt2-small").config;
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_FALSE(c.norm_eps.has_value());  // each norm's own default
+  for (double bad : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    TransformerConfig theta = c;
+    theta.rope_theta = bad;
+    EXPECT_THROW_WITH(theta.validate(), ConfigError,
+                      "TransformerConfig: rope_theta must be finite and > 0");
+    TransformerConfig eps = c;
+    eps.norm_eps = bad;
+    EXPECT_THROW_WITH(eps.validate(), ConfigError,
+                      "TransformerConfig: norm_eps must be finite and > 0");
+  }
+  c.norm_eps = 1e-6;
+  c.rope_theta = 500000;
+  EXPECT_NO_THROW(c.validate());
 }
 
 TEST(Config, StyleEnumsOutOfRangeAreConfigErrorsNamingTypeAndValue) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "dissect/activation.hpp"
+#include "dissect/attention.hpp"
 #include "dissect/blocks.hpp"
 #include "dissect/budget.hpp"
 #include "dissect/config.hpp"
@@ -14,9 +15,13 @@
 #include "dissect/forward_chain.hpp"
 #include "dissect/init.hpp"
 #include "dissect/kernels.hpp"
+#include "dissect/kv_cache.hpp"
 #include "dissect/linear.hpp"
 #include "dissect/loss.hpp"
 #include "dissect/model_shape.hpp"
+#include "dissect/models/decoder_layer.hpp"
+#include "dissect/models/decoder_model.hpp"
+#include "dissect/models/styles.hpp"
 #include "dissect/norm.hpp"
 #include "dissect/optim.hpp"
 #include "dissect/rope.hpp"

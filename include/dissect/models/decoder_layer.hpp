@@ -44,13 +44,13 @@ struct ModelOptions {
   std::optional<std::uint64_t> seed = std::nullopt;
 };
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
  public:
   using scalar_type = Scalar;
-  using NormType = Normalization<Scalar, Style::norm>;
+  using NormType = Normalization<Scalar, Style.norm>;
   using FfnType =
-      std::conditional_t<Style::ffn == Ffn::mlp, FeedForward<Scalar>, GatedFeedForward<Scalar>>;
+      std::conditional_t<Style.ffn == Ffn::mlp, FeedForward<Scalar>, GatedFeedForward<Scalar>>;
 
   /// What backward needs from the training forward; reusable across steps.
   struct Cache {
@@ -100,11 +100,11 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
   friend class ComposedModule<DecoderLayer>;
   template <class Self, class Visitor>
   static void visit_members(Self& self, Visitor& visit) {
-    visit_child(Style::attention_norm, self.norm1_, visit);
-    visit_child(Style::attention, self.qkv_, visit);
-    visit_child(Style::attention, self.proj_, visit);
-    visit_child(Style::ffn_norm, self.norm2_, visit);
-    visit_child(Style::mlp, self.ffn_, visit);
+    visit_child(Style.attention_norm, self.norm1_, visit);
+    visit_child(Style.attention, self.qkv_, visit);
+    visit_child(Style.attention, self.proj_, visit);
+    visit_child(Style.ffn_norm, self.norm2_, visit);
+    visit_child(Style.mlp, self.ffn_, visit);
   }
 
   static FfnType make_ffn(const TransformerConfig& config, std::uint64_t seed);
@@ -123,9 +123,9 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
 
 /// GPT-2's block and LLaMA's decoder layer.
 template <class Scalar>
-using GPT2Block = DecoderLayer<Scalar, Gpt2Style>;
+using GPT2Block = DecoderLayer<Scalar, gpt2_style>;
 template <class Scalar>
-using LlamaDecoderLayer = DecoderLayer<Scalar, LlamaStyle>;
+using LlamaDecoderLayer = DecoderLayer<Scalar, llama_style>;
 
 // ---- implementation -----------------------------------------------------------------------------
 
@@ -156,11 +156,11 @@ void add_into(Tensor<Scalar, 3>& target, ConstTensorView<Scalar, 3> addend) {
 
 }  // namespace detail
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 auto DecoderLayer<Scalar, Style>::make_ffn(const TransformerConfig& config, std::uint64_t seed)
     -> FfnType {
-  if constexpr (Style::ffn == Ffn::mlp) {
-    return FfnType(config.d_model, config.d_ff, Style::activation,
+  if constexpr (Style.ffn == Ffn::mlp) {
+    return FfnType(config.d_model, config.d_ff, Style.activation,
                    BlockOptions{.bias = config.bias, .seed = seed});
   } else {
     return FfnType(config.d_model, config.d_ff,
@@ -168,9 +168,9 @@ auto DecoderLayer<Scalar, Style>::make_ffn(const TransformerConfig& config, std:
   }
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 DecoderLayer<Scalar, Style>::DecoderLayer(const TransformerConfig& config, std::uint64_t seed)
-    : norm1_((check_style<Style>(Style::layer_name, config), config.d_model),
+    : norm1_((check_style(Style.layer_name, Style, config), config.d_model),
              config.norm_eps.value_or(NormType::default_eps)),
       qkv_(config.d_model, config.n_heads,
            QKVOptions{.n_kv_heads = config.kv_heads(), .bias = config.bias, .seed = seed}),
@@ -178,18 +178,17 @@ DecoderLayer<Scalar, Style>::DecoderLayer(const TransformerConfig& config, std::
       norm2_(config.d_model, config.norm_eps.value_or(NormType::default_eps)),
       ffn_(make_ffn(config, seed + 2)) {}
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 void DecoderLayer<Scalar, Style>::rotate(QKV<Scalar>& qkv, index_t offset,
                                          const RotaryTable<Scalar>* rope) {
-  if constexpr (Style::positions == Positions::rotary) {
-    if (!rope)
-      throw Error(detail::concat(Style::layer_name, ": a rotary layer needs a RoPE table"));
+  if constexpr (Style.positions == Positions::rotary) {
+    if (!rope) throw Error(detail::concat(Style.layer_name, ": a rotary layer needs a RoPE table"));
     apply_rope_into(qkv.q, qkv.q, offset, *rope);
     apply_rope_into(qkv.k, qkv.k, offset, *rope);
   }
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::forward(ConstTensorView<Scalar, 3> x, Cache& cache,
                                                        const RotaryTable<Scalar>* rope,
                                                        ShapeTrace* trace) const {
@@ -208,7 +207,7 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::forward(ConstTensorView<Scalar, 3
   return y;
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::backward(ConstTensorView<Scalar, 3> x, Cache& cache,
                                                         ConstTensorView<Scalar, 3> dy,
                                                         const RotaryTable<Scalar>* rope) {
@@ -219,7 +218,7 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::backward(ConstTensorView<Scalar, 
   // Through attention and its residual: dx = d x₂ + norm₁ᵀ(QKVᵀ(attentionᵀ(W_Oᵀ d x₂))).
   auto grads = causal_attention_backward(cache.qkv.q, cache.qkv.k, cache.qkv.v, cache.attention,
                                          proj_.backward(cache.attended, d_residual));
-  if constexpr (Style::positions == Positions::rotary) {
+  if constexpr (Style.positions == Positions::rotary) {
     rope_backward_into(grads.q, grads.q, 0, *rope);
     rope_backward_into(grads.k, grads.k, 0, *rope);
   }
@@ -228,7 +227,7 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::backward(ConstTensorView<Scalar, 
   return dx;
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::finish(ConstTensorView<Scalar, 3> x,
                                                       Tensor<Scalar, 3> attention_out,
                                                       ShapeTrace* trace) const {
@@ -240,7 +239,7 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::finish(ConstTensorView<Scalar, 3>
   return y;
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::infer(ConstTensorView<Scalar, 3> x,
                                                      const RotaryTable<Scalar>* rope,
                                                      KVCache<Scalar>* kv, index_t layer,

@@ -31,7 +31,7 @@
 
 namespace dissect {
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 class DecoderModel : public ComposedModule<DecoderModel<Scalar, Style>> {
  public:
   using scalar_type = Scalar;
@@ -119,11 +119,11 @@ class DecoderModel : public ComposedModule<DecoderModel<Scalar, Style>> {
   friend class ComposedModule<DecoderModel>;
   template <class Self, class Visitor>
   static void visit_members(Self& self, Visitor& visit) {
-    visit_child(Style::token_embedding, self.embedding_, visit);
-    if (self.positions_) visit_child(Style::position_embedding, *self.positions_, visit);
-    visit_child(Style::layers, self.layers_, visit);
-    visit_child(Style::final_norm, self.final_norm_, visit);
-    if (self.head_) visit_child(Style::head, *self.head_, visit);
+    visit_child(Style.token_embedding, self.embedding_, visit);
+    if (self.positions_) visit_child(Style.position_embedding, *self.positions_, visit);
+    visit_child(Style.layers, self.layers_, visit);
+    visit_child(Style.final_norm, self.final_norm_, visit);
+    if (self.head_) visit_child(Style.head, *self.head_, visit);
   }
 
   /// E[ids] + P[offset …]: [B, T, D].
@@ -144,10 +144,10 @@ class DecoderModel : public ComposedModule<DecoderModel<Scalar, Style>> {
 
 /// GPT-2: wte, wpe, h.N, ln_f, head tied to wte (unless the config unties it).
 template <class Scalar>
-using GPT2Model = DecoderModel<Scalar, Gpt2Style>;
+using GPT2Model = DecoderModel<Scalar, gpt2_style>;
 /// LLaMA: embed_tokens, layers.N, norm, lm_head (untied unless the config ties it).
 template <class Scalar>
-using LlamaModel = DecoderModel<Scalar, LlamaStyle>;
+using LlamaModel = DecoderModel<Scalar, llama_style>;
 
 // ---- implementation -----------------------------------------------------------------------------
 
@@ -166,9 +166,9 @@ Stack<Layer> build_layers(const TransformerConfig& config, std::uint64_t seed) {
 
 }  // namespace detail
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 DecoderModel<Scalar, Style>::DecoderModel(const TransformerConfig& config, ModelOptions options)
-    : config_((check_style<Style>(Style::model_name, config), config)),
+    : config_((check_style(Style.model_name, Style, config), config)),
       embedding_(config.vocab, config.d_model, {.init_std = 0, .seed = 0}),
       layers_(detail::build_layers<Layer>(config, 0)),
       final_norm_(config.d_model, config.norm_eps.value_or(NormType::default_eps)) {
@@ -183,9 +183,9 @@ DecoderModel<Scalar, Style>::DecoderModel(const TransformerConfig& config, Model
   initialise(options, options.seed.value_or(next_default_seed()));
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 void DecoderModel<Scalar, Style>::initialise(const ModelOptions& options, std::uint64_t seed) {
-  require_positive_finite(Style::model_name, "init_std", options.init_std);
+  require_positive_finite(Style.model_name, "init_std", options.init_std);
   // GPT-2's scheme (HF _init_weights): every matrix N(0, std²), the two projections that write
   // into the residual stream scaled by 1/√(2L) so its variance does not grow with depth; biases
   // 0; norm weights 1 (as built).
@@ -203,35 +203,35 @@ void DecoderModel<Scalar, Style>::initialise(const ModelOptions& options, std::u
   });
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 Embedding<Scalar>& DecoderModel<Scalar, Style>::position_embedding() {
   if (!positions_) {
-    throw Error(detail::concat(Style::model_name, ": rotary positions have no table"));
+    throw Error(detail::concat(Style.model_name, ": rotary positions have no table"));
   }
   return *positions_;
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 const Embedding<Scalar>& DecoderModel<Scalar, Style>::position_embedding() const {
   return const_cast<DecoderModel&>(*this).position_embedding();
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 TensorView<Scalar, 2> DecoderModel<Scalar, Style>::head_weight() {
   return head_ ? head_->weight() : embedding_.weight();
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 ConstTensorView<Scalar, 2> DecoderModel<Scalar, Style>::head_weight() const {
   return head_ ? head_->weight() : embedding_.weight();
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 TensorView<Scalar, 2> DecoderModel<Scalar, Style>::head_weight_grad() {
   return head_ ? head_->weight_grad() : embedding_.weight_grad();
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 void DecoderModel<Scalar, Style>::check_tokens(std::string_view op, const TokenBatch& tokens,
                                                index_t offset) const {
   if (tokens.batch <= 0 || tokens.seq <= 0) {
@@ -245,7 +245,7 @@ void DecoderModel<Scalar, Style>::check_tokens(std::string_view op, const TokenB
   }
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderModel<Scalar, Style>::embed(const TokenBatch& tokens,
                                                      index_t offset) const {
   auto x = embedding_.forward(tokens);  // checks every id against V, naming [b, t]
@@ -257,7 +257,7 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::embed(const TokenBatch& tokens,
   return x;
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderModel<Scalar, Style>::logits_of(ConstTensorView<Scalar, 3> normed,
                                                          ShapeTrace* trace) const {
   auto logits = Tensor<Scalar, 3>::uninitialized({normed.dim(0), normed.dim(1), config_.vocab});
@@ -268,9 +268,9 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::logits_of(ConstTensorView<Scalar,
   return logits;
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens, ShapeTrace* trace) const {
-  check_tokens(detail::concat(Style::model_name, "::forward"), tokens, 0);
+  check_tokens(detail::concat(Style.model_name, "::forward"), tokens, 0);
   auto x = embed(tokens, 0);
   detail::trace_stage(trace, "token ids", Shape<2>{tokens.batch, tokens.seq});
   detail::trace_stage(trace, "embedding", x.shape());
@@ -280,10 +280,10 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens, ShapeT
   return logits_of(final_norm_.forward(x), trace);
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens,
                                                        KVCache<Scalar>& kv) const {
-  const std::string op = detail::concat(Style::model_name, "::forward (KV cache)");
+  const std::string op = detail::concat(Style.model_name, "::forward (KV cache)");
   kv.check_step(op, config_, tokens.batch, tokens.seq);
   check_tokens(op, tokens, kv.length());
   auto x = embed(tokens, kv.length());  // the last check: every id in range
@@ -294,10 +294,10 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens,
   return logits_of(final_norm_.forward(x), nullptr);
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens, Cache& cache,
                                                        ShapeTrace* trace) const {
-  check_tokens(detail::concat(Style::model_name, "::forward"), tokens, 0);
+  check_tokens(detail::concat(Style.model_name, "::forward"), tokens, 0);
   cache.embedded = embed(tokens, 0);
   detail::trace_stage(trace, "token ids", Shape<2>{tokens.batch, tokens.seq});
   detail::trace_stage(trace, "embedding", cache.embedded.shape());
@@ -312,10 +312,10 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens, Cache&
   return logits_of(cache.normed, trace);
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 void DecoderModel<Scalar, Style>::backward(TokenBatch tokens, Cache& cache,
                                            ConstTensorView<Scalar, 3> dlogits) {
-  const std::string op = detail::concat(Style::model_name, "::backward");
+  const std::string op = detail::concat(Style.model_name, "::backward");
   check_tokens(op, tokens, 0);
   const Shape<3> hidden{tokens.batch, tokens.seq, config_.d_model};
   const Shape<3> logits{tokens.batch, tokens.seq, config_.vocab};
@@ -345,7 +345,7 @@ void DecoderModel<Scalar, Style>::backward(TokenBatch tokens, Cache& cache,
   if (positions_) positions_->backward_positions(dx, 0);
 }
 
-template <class Scalar, class Style>
+template <class Scalar, const DecoderStyle& Style>
 Scalar DecoderModel<Scalar, Style>::loss_and_backward(TokenBatch inputs,
                                                       std::span<const index_t> targets,
                                                       Cache& cache) {

@@ -14,59 +14,74 @@
 
 namespace dissect {
 
-/// GPT-2 (HF GPT2LMHeadModel): pre-LayerNorm blocks, learned positions, GELU (tanh) MLP.
-struct Gpt2Style {
-  static constexpr std::string_view model_name = "GPT2Model";
-  static constexpr std::string_view layer_name = "GPT2Block";
-  static constexpr Norm norm = Norm::layer_norm;
-  static constexpr Ffn ffn = Ffn::mlp;
-  static constexpr Positions positions = Positions::learned;
-  static constexpr Activation activation = Activation::gelu_tanh;
+/// A decoder family: the parts a config cannot vary for it, and its modules' state_dict names.
+struct DecoderStyle {
+  std::string_view model_name;  ///< "GPT2Model": how messages name the model
+  std::string_view layer_name;  ///< "GPT2Block"
+  Norm norm;
+  Ffn ffn;
+  Positions positions;
+  Activation activation;  ///< of a plain MLP (a gated FFN is SwiGLU whatever this says)
   // state_dict names: the model's members, then a layer's.
-  static constexpr const char* token_embedding = "wte";
-  static constexpr const char* position_embedding = "wpe";
-  static constexpr const char* layers = "h";
-  static constexpr const char* final_norm = "ln_f";
-  static constexpr const char* head = "lm_head";
-  static constexpr const char* attention_norm = "ln_1";
-  static constexpr const char* attention = "attn";
-  static constexpr const char* ffn_norm = "ln_2";
-  static constexpr const char* mlp = "mlp";
+  const char* token_embedding;
+  const char* position_embedding;  ///< "" when positions are rotary (no parameters)
+  const char* layers;
+  const char* final_norm;
+  const char* head;
+  const char* attention_norm;
+  const char* attention;
+  const char* ffn_norm;
+  const char* mlp;
 };
+
+/// GPT-2 (HF GPT2LMHeadModel): pre-LayerNorm blocks, learned positions, GELU (tanh) MLP.
+inline constexpr DecoderStyle gpt2_style{"GPT2Model",
+                                         "GPT2Block",
+                                         Norm::layer_norm,
+                                         Ffn::mlp,
+                                         Positions::learned,
+                                         Activation::gelu_tanh,
+                                         "wte",
+                                         "wpe",
+                                         "h",
+                                         "ln_f",
+                                         "lm_head",
+                                         "ln_1",
+                                         "attn",
+                                         "ln_2",
+                                         "mlp"};
 
 /// LLaMA (HF LlamaForCausalLM): RMSNorm, rotary positions, SwiGLU.
-struct LlamaStyle {
-  static constexpr std::string_view model_name = "LlamaModel";
-  static constexpr std::string_view layer_name = "LlamaDecoderLayer";
-  static constexpr Norm norm = Norm::rms_norm;
-  static constexpr Ffn ffn = Ffn::gated;
-  static constexpr Positions positions = Positions::rotary;
-  static constexpr Activation activation = Activation::silu;
-  static constexpr const char* token_embedding = "embed_tokens";
-  static constexpr const char* position_embedding = "";  // none: RoPE has no parameters
-  static constexpr const char* layers = "layers";
-  static constexpr const char* final_norm = "norm";
-  static constexpr const char* head = "lm_head";
-  static constexpr const char* attention_norm = "input_layernorm";
-  static constexpr const char* attention = "self_attn";
-  static constexpr const char* ffn_norm = "post_attention_layernorm";
-  static constexpr const char* mlp = "mlp";
-};
+inline constexpr DecoderStyle llama_style{"LlamaModel",
+                                          "LlamaDecoderLayer",
+                                          Norm::rms_norm,
+                                          Ffn::gated,
+                                          Positions::rotary,
+                                          Activation::silu,
+                                          "embed_tokens",
+                                          "",
+                                          "layers",
+                                          "norm",
+                                          "lm_head",
+                                          "input_layernorm",
+                                          "self_attn",
+                                          "post_attention_layernorm",
+                                          "mlp"};
 
-/// Validates `config` and checks that it is of Style's family, and that its heads are
+/// Validates `config` and checks that it is of `style`'s family, and that its heads are
 /// d_k = D / H wide (the attention blocks' layout).
 /// @throws ConfigError naming `op`, the field and both values.
-template <class Style>
-void check_style(std::string_view op, const TransformerConfig& config) {
+inline void check_style(std::string_view op, const DecoderStyle& style,
+                        const TransformerConfig& config) {
   config.validate();
   const auto refuse = [&](std::string_view field, std::string_view got, std::string_view want) {
-    throw ConfigError(detail::concat(op, ": config.", field, " is ", got, ", ", Style::model_name,
+    throw ConfigError(detail::concat(op, ": config.", field, " is ", got, ", ", style.model_name,
                                      " needs ", want));
   };
-  if (config.norm != Style::norm) refuse("norm", norm_name(config.norm), norm_name(Style::norm));
-  if (config.ffn != Style::ffn) refuse("ffn", ffn_name(config.ffn), ffn_name(Style::ffn));
-  if (config.positions != Style::positions) {
-    refuse("positions", positions_name(config.positions), positions_name(Style::positions));
+  if (config.norm != style.norm) refuse("norm", norm_name(config.norm), norm_name(style.norm));
+  if (config.ffn != style.ffn) refuse("ffn", ffn_name(config.ffn), ffn_name(style.ffn));
+  if (config.positions != style.positions) {
+    refuse("positions", positions_name(config.positions), positions_name(style.positions));
   }
   if (config.head_size() * config.n_heads != config.d_model) {
     throw ConfigError(detail::concat(op, ": head_dim ", config.head_size(), " · n_heads ",
