@@ -18,7 +18,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import math  # noqa: E402
+import struct  # noqa: E402
 import sys  # noqa: E402
 import zlib  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -811,20 +813,27 @@ def model_run(arch, weights, ids, targets, dtype):
     return tensors
 
 
+def model_weights_and_tokens(arch):
+    """The config, the parameters (float64, dyadic, by dissect's names) and the tokens of one
+    tiny model, each drawn from its own seed: the "model" and "hf" blocks share them."""
+    c = MODEL_CONFIGS[arch]
+    torch.manual_seed(seed_for("model_" + arch))
+    weights = {}
+    for name, shape, gain in MODELS[arch][0](c):
+        w = torch.randn(*shape, dtype=torch.float64) * (GAIN_STD if gain else WEIGHT_STD)
+        weights[name] = dyadic(w + 1 if gain else w)
+    torch.manual_seed(seed_for("model_" + arch + "_tokens"))
+    seq = torch.randint(0, c["vocab"], (c["B"], c["T"] + 1))
+    return c, weights, seq[:, :-1], seq[:, 1:]
+
+
 def generate_model(root: Path):
     """weights_<arch>.txt holds the parameters (float64, dyadic); <f32|f64>_<arch>.txt hold the
     same model run in that dtype on the same tokens. Weights are not repeated in those."""
     written = {}
-    for arch, c in MODEL_CONFIGS.items():
+    for arch in MODEL_CONFIGS:
+        c, weights, ids, targets = model_weights_and_tokens(arch)
         meta = {key: repr(v) if isinstance(v, float) else v for key, v in c.items()}
-        torch.manual_seed(seed_for("model_" + arch))
-        weights = {}
-        for name, shape, gain in MODELS[arch][0](c):
-            w = torch.randn(*shape, dtype=torch.float64) * (GAIN_STD if gain else WEIGHT_STD)
-            weights[name] = dyadic(w + 1 if gain else w)
-        torch.manual_seed(seed_for("model_" + arch + "_tokens"))
-        seq = torch.randint(0, c["vocab"], (c["B"], c["T"] + 1))
-        ids, targets = seq[:, :-1], seq[:, 1:]
         assert ids.unique().numel() < ids.numel(), "some token must repeat"
         path = root / "model" / f"weights_{arch}.txt"
         written[path] = write_fixture(path, f"weights_{arch}", torch.float64, meta, weights)
@@ -844,6 +853,128 @@ def generate_model(root: Path):
 BLOCKS["model"] = generate_model
 
 
+# ---- hf: the same tiny models as Hugging Face checkpoints -----------------------------------------
+#
+# The "model" block's weights saved the way Hugging Face's save_pretrained saves them: safetensors
+# with HF's tensor names and layouts, and a config.json with HF's keys. Their logits are the
+# "model" block's (torch ran those weights). GPT-2 is one file named as the official gpt2 repo
+# names it (no "transformer." prefix), Conv1D weights stored [in, out], with the attention mask
+# buffers many files carry; LLaMA is sharded in two with a model.safetensors.index.json.
+
+
+def safetensors_bytes(tensors: dict, metadata: dict) -> bytes:
+    """The safetensors format, written by hand (no extra package): an 8-byte little-endian
+    header length, the JSON header padded with spaces to a multiple of 8, then the data of each
+    tensor in name order, little-endian float32."""
+    header, chunks, offset = {}, [], 0
+    for name in sorted(tensors):
+        data = tensors[name].detach().to(torch.float32).contiguous().numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    header["__metadata__"] = metadata
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(chunks)
+
+
+def hf_gpt2_tensors(w, c):
+    """dissect's GPT-2 names → the official gpt2 files' names. Conv1D stores [in, out]: every
+    projection is the transpose of dissect's (nn.Linear's) [out, in]."""
+    out = {"wte.weight": w["wte.weight"], "wpe.weight": w["wpe.weight"],
+           "ln_f.weight": w["ln_f.weight"], "ln_f.bias": w["ln_f.bias"]}
+    renames = {"ln_1": "ln_1", "ln_2": "ln_2", "attn.qkv": "attn.c_attn", "attn.proj": "attn.c_proj",
+               "mlp.up": "mlp.c_fc", "mlp.down": "mlp.c_proj"}
+    n = c["context"]
+    for i in range(c["n_layers"]):
+        for ours, theirs in renames.items():
+            weight, bias = w[f"h.{i}.{ours}.weight"], w[f"h.{i}.{ours}.bias"]
+            out[f"h.{i}.{theirs}.weight"] = weight if theirs.startswith("ln") else weight.t()
+            out[f"h.{i}.{theirs}.bias"] = bias
+        # Buffers, not parameters: the causal mask and the value masked scores used to take.
+        out[f"h.{i}.attn.bias"] = torch.ones(n, n).tril().view(1, 1, n, n)
+        out[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+    return out
+
+
+def hf_llama_tensors(w, c):
+    """dissect's LLaMA names → LlamaForCausalLM's. The fused qkv splits back into q_proj
+    (H·d_k rows), k_proj and v_proj (H_kv·d_k rows each)."""
+    q_rows, kv_rows = c["n_heads"] * c["head_dim"], c["n_kv_heads"] * c["head_dim"]
+    out = {"model.embed_tokens.weight": w["embed_tokens.weight"],
+           "model.norm.weight": w["norm.weight"], "lm_head.weight": w["lm_head.weight"]}
+    for i in range(c["n_layers"]):
+        ours, theirs = f"layers.{i}.", f"model.layers.{i}."
+        q, k, v = w[ours + "self_attn.qkv.weight"].split([q_rows, kv_rows, kv_rows])
+        out.update({
+            theirs + "input_layernorm.weight": w[ours + "input_layernorm.weight"],
+            theirs + "self_attn.q_proj.weight": q, theirs + "self_attn.k_proj.weight": k,
+            theirs + "self_attn.v_proj.weight": v,
+            theirs + "self_attn.o_proj.weight": w[ours + "self_attn.proj.weight"],
+            theirs + "post_attention_layernorm.weight": w[ours + "post_attention_layernorm.weight"],
+            theirs + "mlp.gate_proj.weight": w[ours + "mlp.gate.weight"],
+            theirs + "mlp.up_proj.weight": w[ours + "mlp.up.weight"],
+            theirs + "mlp.down_proj.weight": w[ours + "mlp.down.weight"]})
+    return out
+
+
+def hf_config(arch, c):
+    """config.json with the keys transformers writes for each model type."""
+    if arch == "gpt2":
+        return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": c["d_model"],
+                "n_layer": c["n_layers"], "n_head": c["n_heads"], "n_inner": None,
+                "vocab_size": c["vocab"], "n_positions": c["context"],
+                "layer_norm_epsilon": c["norm_eps"], "activation_function": "gelu_new",
+                "tie_word_embeddings": True}
+    return {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+            "hidden_size": c["d_model"], "intermediate_size": c["d_ff"],
+            "num_attention_heads": c["n_heads"], "num_key_value_heads": c["n_kv_heads"],
+            "num_hidden_layers": c["n_layers"], "vocab_size": c["vocab"],
+            "max_position_embeddings": c["context"], "rms_norm_eps": c["norm_eps"],
+            "rope_theta": float(c["rope_theta"]), "tie_word_embeddings": False,
+            "hidden_act": "silu", "attention_bias": False}
+
+
+def write_bytes(path: Path, data: bytes) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return len(data)
+
+
+def generate_hf(root: Path):
+    written = {}
+    metadata = {"format": "pt"}
+    for arch in MODEL_CONFIGS:
+        c, weights, _, _ = model_weights_and_tokens(arch)
+        folder = root / "hf" / arch
+        config = json.dumps(hf_config(arch, c), indent=2, sort_keys=True) + "\n"
+        written[folder / "config.json"] = write_bytes(folder / "config.json", config.encode())
+        if arch == "gpt2":
+            data = safetensors_bytes(hf_gpt2_tensors(weights, c), metadata)
+            written[folder / "model.safetensors"] = write_bytes(folder / "model.safetensors", data)
+            continue
+        # Two shards, split between the layers, as save_pretrained(max_shard_size=…) splits.
+        tensors = hf_llama_tensors(weights, c)
+        first = {n: t for n, t in tensors.items()
+                 if n.startswith("model.embed_tokens") or n.startswith("model.layers.0.")}
+        shards = [first, {n: t for n, t in tensors.items() if n not in first}]
+        weight_map, total = {}, 0
+        for index, shard in enumerate(shards, start=1):
+            name = f"model-{index:05d}-of-{len(shards):05d}.safetensors"
+            written[folder / name] = write_bytes(folder / name, safetensors_bytes(shard, metadata))
+            weight_map.update({n: name for n in shard})
+            total += sum(t.numel() * 4 for t in shard.values())
+        index_json = json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
+                                indent=2, sort_keys=True) + "\n"
+        path = folder / "model.safetensors.index.json"
+        written[path] = write_bytes(path, index_json.encode())
+    return written
+
+
+BLOCKS["hf"] = generate_hf
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("blocks", nargs="*", metavar="block",
@@ -860,11 +991,11 @@ def main(argv=None):
         written = BLOCKS[block](args.out)
         for path, size in written.items():
             print(f"{size:8d}  {path.relative_to(args.out)}")
-        stale = sorted(set((args.out / block).glob("*.txt")) - set(written))
+        stale = sorted(set(p for p in (args.out / block).rglob("*") if p.is_file()) - set(written))
         for path in stale:
             print(f"warning: stale fixture not produced by this script: {path}", file=sys.stderr)
         print(f"{block}: {len(written)} fixtures, {sum(written.values())} bytes")
-    total = sum(p.stat().st_size for p in args.out.rglob("*.txt"))
+    total = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file())
     print(f"all fixtures under {args.out}: {total} bytes")
 
 
