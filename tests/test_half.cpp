@@ -83,6 +83,26 @@ template <class Decode>
   return ::testing::AssertionSuccess();
 }
 
+/// 200,000 random floats (their bits drawn, then `reshape`d with the draw's number) through
+/// `encode` keep their sign and round to nearest even among `decode`'s patterns 0 … `largest`.
+template <class Encode, class Decode, class Reshape>
+void expect_random_floats_round_to_nearest(std::uint32_t seed, Encode encode, Decode decode,
+                                           std::uint16_t largest, Reshape reshape) {
+  std::mt19937 engine(seed);
+  std::uniform_int_distribution<std::uint32_t> any_bits;
+  for (int i = 0; i < 200'000; ++i) {
+    const std::uint32_t bits = reshape(any_bits(engine), i);
+    const float x = std::bit_cast<float>(bits);
+    if (std::isnan(x)) continue;
+    const std::uint16_t pattern = encode(x);
+    ASSERT_EQ(pattern >> 15, bits >> 31) << x;
+    ASSERT_TRUE(rounds_to_nearest_even(std::abs(static_cast<double>(x)),
+                                       static_cast<std::uint16_t>(pattern & 0x7fff), largest,
+                                       decode))
+        << x;
+  }
+}
+
 // ---- fp16 ---------------------------------------------------------------------------------------
 
 TEST(Fp16, EveryPatternWidensExactly) {
@@ -144,21 +164,12 @@ TEST(Fp16, MidpointsTieToEvenAndTheirNeighboursRoundToTheNearerSide) {
 }
 
 TEST(Fp16, RandomFloatsRoundToTheNearestPattern) {
-  std::mt19937 engine(12);
-  std::uniform_int_distribution<std::uint32_t> any_bits;
-  const auto decode = [](std::uint16_t h) { return fp16_reference(h); };
-  for (int i = 0; i < 200'000; ++i) {
-    // Exponents spread over fp16's range and beyond (plus any float at all, one in four).
-    std::uint32_t bits = any_bits(engine);
-    if (i % 4 != 0) bits = (bits & 0x807f'ffff) | ((100 + bits % 50) << 23);
-    const float x = std::bit_cast<float>(bits);
-    if (std::isnan(x)) continue;
-    const std::uint16_t half = float_to_fp16(x);
-    ASSERT_EQ(half >> 15, bits >> 31) << x;
-    ASSERT_TRUE(rounds_to_nearest_even(std::abs(static_cast<double>(x)),
-                                       static_cast<std::uint16_t>(half & 0x7fff), 0x7bff, decode))
-        << x;
-  }
+  // Exponents spread over fp16's range and beyond (plus any float at all, one in four).
+  expect_random_floats_round_to_nearest(12, float_to_fp16, fp16_reference, 0x7bff,
+                                        [](std::uint32_t bits, int i) {
+                                          if (i % 4 == 0) return bits;
+                                          return (bits & 0x807f'ffff) | ((100 + bits % 50) << 23);
+                                        });
 }
 
 TEST(Fp16, SpecialValues) {
@@ -225,19 +236,8 @@ TEST(Bf16, EveryPatternSurvivesTheRoundTripAndMidpointsTieToEven) {
 }
 
 TEST(Bf16, RandomFloatsRoundToTheNearestPattern) {
-  std::mt19937 engine(16);
-  std::uniform_int_distribution<std::uint32_t> any_bits;
-  const auto decode = [](std::uint16_t h) { return bf16_reference(h); };
-  for (int i = 0; i < 200'000; ++i) {
-    const std::uint32_t bits = any_bits(engine);
-    const float x = std::bit_cast<float>(bits);
-    if (std::isnan(x)) continue;
-    const std::uint16_t brain = float_to_bf16(x);
-    ASSERT_EQ(brain >> 15, bits >> 31) << x;
-    ASSERT_TRUE(rounds_to_nearest_even(std::abs(static_cast<double>(x)),
-                                       static_cast<std::uint16_t>(brain & 0x7fff), 0x7f7f, decode))
-        << x;
-  }
+  expect_random_floats_round_to_nearest(16, float_to_bf16, bf16_reference, 0x7f7f,
+                                        [](std::uint32_t bits, int) { return bits; });
 }
 
 TEST(Bf16, SpecialValues) {

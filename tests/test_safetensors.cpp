@@ -430,6 +430,14 @@ std::vector<std::byte> zeros(std::size_t count) {
   return std::vector<std::byte>(count);
 }
 
+/// A file of one tensor "w" whose fields are the JSON texts given, and `data` zero bytes.
+std::vector<std::byte> tensor_w(const std::string& dtype, const std::string& shape,
+                                const std::string& offsets, std::size_t data) {
+  return safetensors_bytes(
+      "{\"w\":{\"dtype\":" + dtype + ",\"shape\":" + shape + ",\"data_offsets\":" + offsets + "}}",
+      zeros(data));
+}
+
 TEST_F(SafetensorsTest, CorruptShorterThanTheLengthField) {
   expect_refused<FormatError>({}, "the file is 0 bytes, too short for the 8-byte header length");
   expect_refused<FormatError>(zeros(5), "the file is 5 bytes");
@@ -477,88 +485,70 @@ TEST_F(SafetensorsTest, CorruptEntryMissingAField) {
 }
 
 TEST_F(SafetensorsTest, CorruptEntryFieldOfTheWrongType) {
-  const auto entry = [](std::string dtype, std::string shape, std::string offsets) {
-    return safetensors_bytes("{\"w\":{\"dtype\":" + dtype + ",\"shape\":" + shape +
-                                 ",\"data_offsets\":" + offsets + "}}",
-                             zeros(8));
-  };
-  expect_refused<FormatError>(entry("32", "[2]", "[0,8]"),
+  expect_refused<FormatError>(tensor_w("32", "[2]", "[0,8]", 8),
                               "tensor \"w\": \"dtype\" is the number 32, not a string");
-  expect_refused<FormatError>(entry("\"F32\"", "\"2\"", "[0,8]"),
+  expect_refused<FormatError>(tensor_w("\"F32\"", "\"2\"", "[0,8]", 8),
                               "tensor \"w\": \"shape\" is a string, not an array");
   expect_refused<FormatError>(
-      entry("\"F32\"", "[2.0]", "[0,8]"),
+      tensor_w("\"F32\"", "[2.0]", "[0,8]", 8),
       "tensor \"w\": shape[0] is the number 2.0, not a non-negative integer");
-  expect_refused<FormatError>(entry("\"F32\"", "[1, null]", "[0,8]"),
+  expect_refused<FormatError>(tensor_w("\"F32\"", "[1, null]", "[0,8]", 8),
                               "tensor \"w\": shape[1] is null");
-  expect_refused<FormatError>(entry("\"F32\"", "[2]", "{\"begin\":0}"),
+  expect_refused<FormatError>(tensor_w("\"F32\"", "[2]", "{\"begin\":0}", 8),
                               "tensor \"w\": \"data_offsets\" is an object, not [begin, end]");
-  expect_refused<FormatError>(entry("\"F32\"", "[2]", "[0,4,8]"),
+  expect_refused<FormatError>(tensor_w("\"F32\"", "[2]", "[0,4,8]", 8),
                               "\"data_offsets\" is an array of 3, not [begin, end]");
-  expect_refused<FormatError>(entry("\"F32\"", "[2]", "[\"0\",8]"),
+  expect_refused<FormatError>(tensor_w("\"F32\"", "[2]", "[\"0\",8]", 8),
                               "tensor \"w\": data_offsets[0] is a string");
 }
 
 TEST_F(SafetensorsTest, CorruptUnknownDtype) {
-  expect_refused<FormatError>(
-      safetensors_bytes(R"({"w":{"dtype":"F99","shape":[1],"data_offsets":[0,4]}})", zeros(4)),
-      "tensor \"w\": unknown dtype \"F99\"");
+  expect_refused<FormatError>(tensor_w("\"F99\"", "[1]", "[0,4]", 4),
+                              "tensor \"w\": unknown dtype \"F99\"");
 }
 
 TEST_F(SafetensorsTest, CorruptNegativeDimensionOrOffset) {
-  expect_refused<FormatError>(
-      safetensors_bytes(R"({"w":{"dtype":"F32","shape":[2,-3],"data_offsets":[0,24]}})", zeros(24)),
-      "tensor \"w\": shape[1] is negative (-3)");
-  expect_refused<FormatError>(
-      safetensors_bytes(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", zeros(4)),
-      "tensor \"w\": data_offsets[0] is negative (-4)");
+  expect_refused<FormatError>(tensor_w("\"F32\"", "[2,-3]", "[0,24]", 24),
+                              "tensor \"w\": shape[1] is negative (-3)");
+  expect_refused<FormatError>(tensor_w("\"F32\"", "[1]", "[-4,0]", 4),
+                              "tensor \"w\": data_offsets[0] is negative (-4)");
 }
 
 TEST_F(SafetensorsTest, CorruptSizesBeyondInt64) {
   // 2⁶² · 4 elements overflow the count; 2⁶¹ F64 elements overflow the byte size; 2⁶³ is no
   // int64 at all.
   expect_refused<OverflowError>(
-      safetensors_bytes(
-          R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,4]}})",
-          zeros(4)),
+      tensor_w("\"F32\"", "[4611686018427387904,4]", "[0,4]", 4),
       "tensor \"w\": size of F32 [4611686018427387904, 4]: overflows int64");
-  expect_refused<OverflowError>(
-      safetensors_bytes(
-          R"({"w":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,8]}})", zeros(8)),
-      "tensor \"w\": size of F64 [2305843009213693952]: overflows int64");
-  expect_refused<FormatError>(
-      safetensors_bytes(
-          R"({"w":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,4]}})", zeros(4)),
-      "tensor \"w\": shape[0] 9223372036854775808 does not fit int64");
+  expect_refused<OverflowError>(tensor_w("\"F64\"", "[2305843009213693952]", "[0,8]", 8),
+                                "tensor \"w\": size of F64 [2305843009213693952]: overflows int64");
+  expect_refused<FormatError>(tensor_w("\"F32\"", "[9223372036854775808]", "[0,4]", 4),
+                              "tensor \"w\": shape[0] 9223372036854775808 does not fit int64");
   // With an empty axis, any other extent is fine: the tensor holds nothing.
   EXPECT_NO_THROW(SafetensorsFile::from_bytes(safetensors_bytes(
       R"({"w":{"dtype":"F32","shape":[0,9223372036854775807],"data_offsets":[0,0]}})")));
 }
 
 TEST_F(SafetensorsTest, CorruptEndBeforeBegin) {
-  expect_refused<FormatError>(
-      safetensors_bytes(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", zeros(8)),
-      "tensor \"w\": data_offsets [8, 4] end before they begin");
+  expect_refused<FormatError>(tensor_w("\"F32\"", "[1]", "[8,4]", 8),
+                              "tensor \"w\": data_offsets [8, 4] end before they begin");
 }
 
 TEST_F(SafetensorsTest, CorruptOffsetsOutsideTheDataSection) {
   expect_refused<FormatError>(
-      safetensors_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", zeros(4)),
+      tensor_w("\"F32\"", "[2]", "[0,8]", 4),
       "tensor \"w\": data_offsets [0, 8] reach past the data section (4 bytes)");
   expect_refused<FormatError>(
-      safetensors_bytes(
-          R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[9223372036854775803,9223372036854775807]}})",
-          zeros(4)),
+      tensor_w("\"F32\"", "[1]", "[9223372036854775803,9223372036854775807]", 4),
       "reach past the data section");
 }
 
 TEST_F(SafetensorsTest, CorruptByteSpanOtherThanShapeTimesDtype) {
   expect_refused<FormatError>(
-      safetensors_bytes(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", zeros(12)),
+      tensor_w("\"F32\"", "[2,2]", "[0,12]", 12),
       "tensor \"w\": data_offsets [0, 12] hold 12 bytes, but F32 [2, 2] needs 16");
-  expect_refused<FormatError>(
-      safetensors_bytes(R"({"w":{"dtype":"BF16","shape":[3],"data_offsets":[0,8]}})", zeros(8)),
-      "hold 8 bytes, but BF16 [3] needs 6");
+  expect_refused<FormatError>(tensor_w("\"BF16\"", "[3]", "[0,8]", 8),
+                              "hold 8 bytes, but BF16 [3] needs 6");
 }
 
 TEST_F(SafetensorsTest, CorruptOverlappingTensors) {

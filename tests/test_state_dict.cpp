@@ -28,25 +28,30 @@ TransformerConfig small_gpt2() {
   return {.d_model = 16, .n_layers = 2, .n_heads = 4, .d_ff = 32, .vocab = 23, .context = 12};
 }
 
-/// Every parameter's values as doubles, by name, in visiting order.
-template <Module M>
-std::vector<std::pair<std::string, std::vector<double>>> parameters_of(const M& module) {
-  std::vector<std::pair<std::string, std::vector<double>>> all;
-  module.for_each_parameter([&](const ParameterName& name, auto value, auto) {
-    all.emplace_back(name.str(), std::vector<double>(value.begin(), value.end()));
-  });
+/// f(name, values) for every parameter, collected in visiting order.
+template <Module M, class F>
+auto collect(const M& module, F f) {
+  std::vector<decltype(f(std::string(), ConstTensorView<float, 1>()))> all;
+  module.for_each_parameter(
+      [&](const ParameterName& name, auto value, auto) { all.push_back(f(name.str(), value)); });
   return all;
 }
 
-/// Every parameter's bytes, in visiting order: equality means bit for bit.
+/// Every parameter's values as doubles, by name.
 template <Module M>
-std::vector<std::vector<unsigned char>> bits_of(const M& module) {
-  std::vector<std::vector<unsigned char>> all;
-  module.for_each_parameter([&](const ParameterName&, auto value, auto) {
-    const auto* first = reinterpret_cast<const unsigned char*>(value.data());
-    all.emplace_back(first, first + value.size() * sizeof(*value.data()));
+auto parameters_of(const M& module) {
+  return collect(module, [](std::string name, auto value) {
+    return std::pair{name, std::vector<double>(value.begin(), value.end())};
   });
-  return all;
+}
+
+/// Every parameter's bytes: equality means bit for bit.
+template <Module M>
+auto bits_of(const M& module) {
+  return collect(module, [](const std::string&, auto value) {
+    const auto* first = reinterpret_cast<const unsigned char*>(value.data());
+    return std::vector<unsigned char>(first, first + value.size() * sizeof(*value.data()));
+  });
 }
 
 class StateDictTest : public ::testing::Test {

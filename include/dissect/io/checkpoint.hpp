@@ -67,7 +67,7 @@ class Checkpoint {
 
   std::filesystem::path path_;
   std::vector<SafetensorsFile> shards_;
-  std::map<std::string, std::size_t, std::less<>> shard_index_;  ///< tensor → position in shards_
+  detail::TensorIndex shard_index_;  ///< tensor → position in shards_
   std::map<std::string, std::string> metadata_;
 };
 
@@ -177,18 +177,11 @@ inline void Checkpoint::open_index() {
 }
 
 inline std::vector<std::string> Checkpoint::tensor_names() const {
-  std::vector<std::string> names;
-  names.reserve(shard_index_.size());
-  for (const auto& [name, shard] : shard_index_) names.push_back(name);
-  return names;
+  return detail::names_of(shard_index_);
 }
 
 inline const SafetensorsFile& Checkpoint::shard_of(std::string_view name) const {
-  const auto found = shard_index_.find(name);
-  if (found == shard_index_.end()) {
-    throw Error(detail::concat("Checkpoint: ", path_.string(), " has no tensor \"", name, "\""));
-  }
-  return shards_[found->second];
+  return shards_[detail::find_tensor(shard_index_, name, "Checkpoint", path_)];
 }
 
 }  // namespace dissect

@@ -50,6 +50,11 @@ struct TensorInfo {
   index_t end = 0;
 };
 
+namespace detail {
+/// Tensor name → position: how a file or a checkpoint finds a tensor.
+using TensorIndex = std::map<std::string, std::size_t, std::less<>>;
+}  // namespace detail
+
 /// A safetensors file, mapped read-only and checked whole on opening. Movable, not copyable;
 /// views and TensorInfo references stay valid while the object that owns the bytes lives.
 class SafetensorsFile {
@@ -114,7 +119,7 @@ class SafetensorsFile {
   std::filesystem::path path_;
   index_t data_begin_ = 0;  ///< where the data section starts in the file: 8 + N
   std::vector<TensorInfo> tensors_;
-  std::map<std::string, std::size_t, std::less<>> index_;  ///< name → position in tensors_
+  detail::TensorIndex index_;  ///< name → position in tensors_
   std::map<std::string, std::string> metadata_;
 };
 
@@ -188,6 +193,24 @@ inline const nlohmann::json& entry_field(const nlohmann::json& entry, std::strin
   const auto found = entry.find(key);
   if (found == entry.end()) throw FormatError(detail::concat(where, " has no \"", key, "\""));
   return *found;
+}
+
+/// Every name `index` holds, sorted.
+inline std::vector<std::string> names_of(const TensorIndex& index) {
+  std::vector<std::string> names;
+  names.reserve(index.size());
+  for (const auto& [name, position] : index) names.push_back(name);
+  return names;
+}
+
+/// The position of tensor `name`, or Error "<owner>: <path> has no tensor "name"".
+inline std::size_t find_tensor(const TensorIndex& index, std::string_view name,
+                               std::string_view owner, const std::filesystem::path& path) {
+  const auto found = index.find(name);
+  if (found == index.end()) {
+    throw Error(concat(owner, ": ", path.string(), " has no tensor \"", name, "\""));
+  }
+  return found->second;
 }
 
 /// `file`'s dtype kind for `info`, or Error "<op>: tensor "x" in <file> is I64; …".
@@ -363,19 +386,11 @@ inline void SafetensorsFile::check_coverage(index_t data_bytes) const {
 }
 
 inline std::vector<std::string> SafetensorsFile::tensor_names() const {
-  std::vector<std::string> names;
-  names.reserve(index_.size());
-  for (const auto& [name, position] : index_) names.push_back(name);
-  return names;
+  return detail::names_of(index_);
 }
 
 inline const TensorInfo& SafetensorsFile::info(std::string_view name) const {
-  const auto found = index_.find(name);
-  if (found == index_.end()) {
-    throw Error(
-        detail::concat("SafetensorsFile: ", path_.string(), " has no tensor \"", name, "\""));
-  }
-  return tensors_[found->second];
+  return tensors_[detail::find_tensor(index_, name, "SafetensorsFile", path_)];
 }
 
 inline std::span<const std::byte> SafetensorsFile::bytes(std::string_view name) const {

@@ -78,33 +78,39 @@ Bits load_bits(const std::byte* source, index_t i) {
   return bits;
 }
 
+/// target[0 … count) = `count` IEEE values of type Stored (float or double, as `Bits`) at
+/// `source`: a plain copy when Stored is Scalar, else each value converted.
+template <class Stored, class Bits, class Scalar>
+void decode_ieee(const std::byte* source, index_t count, Scalar* target) {
+  if constexpr (std::is_same_v<Stored, Scalar>) {
+    if (count > 0) std::memcpy(target, source, static_cast<std::size_t>(count) * sizeof(Stored));
+  } else {
+    for (index_t i = 0; i < count; ++i) {
+      target[i] = static_cast<Scalar>(std::bit_cast<Stored>(load_bits<Bits>(source, i)));
+    }
+  }
+}
+
 /// target[0 … count) = the `count` stored values at `source`, converted to Scalar (F16 and BF16
 /// exactly; F64 into float rounds to nearest). `kind` is one of the four dissect reads.
 template <class Scalar>
 void decode_values(const std::byte* source, StoredKind kind, index_t count, Scalar* target) {
-  const auto each = [&](auto convert) {
-    for (index_t i = 0; i < count; ++i) target[i] = static_cast<Scalar>(convert(i));
-  };
   switch (kind) {
     case StoredKind::f32:
-      if constexpr (std::is_same_v<Scalar, float>) {
-        if (count > 0) std::memcpy(target, source, static_cast<std::size_t>(count) * 4);
-      } else {
-        each([&](index_t i) { return std::bit_cast<float>(load_bits<std::uint32_t>(source, i)); });
-      }
+      decode_ieee<float, std::uint32_t>(source, count, target);
       break;
     case StoredKind::f64:
-      if constexpr (std::is_same_v<Scalar, double>) {
-        if (count > 0) std::memcpy(target, source, static_cast<std::size_t>(count) * 8);
-      } else {
-        each([&](index_t i) { return std::bit_cast<double>(load_bits<std::uint64_t>(source, i)); });
-      }
+      decode_ieee<double, std::uint64_t>(source, count, target);
       break;
     case StoredKind::f16:
-      each([&](index_t i) { return fp16_to_float(load_bits<std::uint16_t>(source, i)); });
+      for (index_t i = 0; i < count; ++i) {
+        target[i] = static_cast<Scalar>(fp16_to_float(load_bits<std::uint16_t>(source, i)));
+      }
       break;
     case StoredKind::bf16:
-      each([&](index_t i) { return bf16_to_float(load_bits<std::uint16_t>(source, i)); });
+      for (index_t i = 0; i < count; ++i) {
+        target[i] = static_cast<Scalar>(bf16_to_float(load_bits<std::uint16_t>(source, i)));
+      }
       break;
     case StoredKind::other:
       break;
