@@ -951,8 +951,18 @@ def generate_hf(root: Path):
         config = json.dumps(hf_config(arch, c), indent=2, sort_keys=True) + "\n"
         written[folder / "config.json"] = write_bytes(folder / "config.json", config.encode())
         if arch == "gpt2":
-            data = safetensors_bytes(hf_gpt2_tensors(weights, c), metadata)
+            tensors = hf_gpt2_tensors(weights, c)
+            data = safetensors_bytes(tensors, metadata)
             written[folder / "model.safetensors"] = write_bytes(folder / "model.safetensors", data)
+            # As GPT2LMHeadModel's own state_dict names them: "transformer." in front, the tied
+            # head saved as lm_head.weight too, no buffers.
+            prefixed = {"transformer." + n: t for n, t in tensors.items()
+                        if not n.endswith((".attn.bias", ".attn.masked_bias"))}
+            prefixed["lm_head.weight"] = weights["wte.weight"]
+            other = root / "hf" / "gpt2-prefixed"
+            written[other / "config.json"] = write_bytes(other / "config.json", config.encode())
+            written[other / "model.safetensors"] = write_bytes(
+                other / "model.safetensors", safetensors_bytes(prefixed, metadata))
             continue
         # Two shards, split between the layers, as save_pretrained(max_shard_size=…) splits.
         tensors = hf_llama_tensors(weights, c)

@@ -35,6 +35,8 @@ template <class Scalar, const DecoderStyle& Style>
 class DecoderModel : public ComposedModule<DecoderModel<Scalar, Style>> {
  public:
   using scalar_type = Scalar;
+  /// The family: its parts and names.
+  static constexpr const DecoderStyle& style = Style;
   using Layer = DecoderLayer<Scalar, Style>;
   using NormType = typename Layer::NormType;
 

@@ -16,6 +16,7 @@ namespace dissect {
 
 /// A decoder family: the parts a config cannot vary for it, and its modules' state_dict names.
 struct DecoderStyle {
+  std::string_view family;      ///< "gpt2", "llama": Hugging Face's model_type
   std::string_view model_name;  ///< "GPT2Model": how messages name the model
   std::string_view layer_name;  ///< "GPT2Block"
   Norm norm;
@@ -35,7 +36,8 @@ struct DecoderStyle {
 };
 
 /// GPT-2 (HF GPT2LMHeadModel): pre-LayerNorm blocks, learned positions, GELU (tanh) MLP.
-inline constexpr DecoderStyle gpt2_style{"GPT2Model",
+inline constexpr DecoderStyle gpt2_style{"gpt2",
+                                         "GPT2Model",
                                          "GPT2Block",
                                          Norm::layer_norm,
                                          Ffn::mlp,
@@ -52,7 +54,8 @@ inline constexpr DecoderStyle gpt2_style{"GPT2Model",
                                          "mlp"};
 
 /// LLaMA (HF LlamaForCausalLM): RMSNorm, rotary positions, SwiGLU.
-inline constexpr DecoderStyle llama_style{"LlamaModel",
+inline constexpr DecoderStyle llama_style{"llama",
+                                          "LlamaModel",
                                           "LlamaDecoderLayer",
                                           Norm::rms_norm,
                                           Ffn::gated,

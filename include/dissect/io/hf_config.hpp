@@ -1,0 +1,220 @@
+// dissect/io/hf_config.hpp — a Hugging Face config.json as a TransformerConfig.
+//
+// Two model types are read: "gpt2" (n_embd, n_layer, n_head, n_inner, vocab_size, n_positions,
+// layer_norm_epsilon, activation_function, tie_word_embeddings) and "llama" (hidden_size,
+// intermediate_size, num_attention_heads, num_key_value_heads, num_hidden_layers, vocab_size,
+// max_position_embeddings, rms_norm_eps, rope_theta, tie_word_embeddings, attention_bias,
+// hidden_act). A setting dissect's models do not implement (another activation, RoPE scaling,
+// biases on attention but not the MLP) is a ConfigError naming the key, never a silently
+// different model.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "dissect/config.hpp"
+#include "dissect/error.hpp"
+
+namespace dissect {
+
+/// The model families dissect can build from a checkpoint.
+enum class ModelFamily { gpt2, llama };
+
+/// "gpt2" / "llama", as config.json's model_type spells them.
+inline std::string_view family_name(ModelFamily family) {
+  return family == ModelFamily::gpt2 ? "gpt2" : "llama";
+}
+
+/// The family config.json's model_type names. @throws ConfigError naming `source` otherwise.
+inline ModelFamily family_from_name(std::string_view name, std::string_view source) {
+  if (name == "gpt2") return ModelFamily::gpt2;
+  if (name == "llama") return ModelFamily::llama;
+  throw ConfigError(dissect::detail::concat(source, ": model_type \"", name,
+                                            "\" is not one dissect builds (known: gpt2, llama)"));
+}
+
+/// Checks that a file of `family` can fill a Model (GPT2Model, LlamaModel).
+/// @throws ConfigError naming `source`, the family and the model otherwise.
+template <class Model>
+void require_family(ModelFamily family, std::string_view source) {
+  if (family_name(family) != Model::style.family) {
+    throw ConfigError(dissect::detail::concat(source, ": holds a ", family_name(family),
+                                              " model, which cannot load into ",
+                                              Model::style.model_name));
+  }
+}
+
+struct HfConfig {
+  ModelFamily family;
+  TransformerConfig config;  ///< validated
+};
+
+/// Reads a parsed config.json; `source` names it in messages (a path).
+/// @throws ConfigError naming the source and the key: a missing or mistyped key, an unknown
+///         model_type, or a setting dissect does not implement; as TransformerConfig::validate.
+HfConfig parse_hf_config(const nlohmann::json& json, std::string_view source);
+
+/// Reads and parses the file. @throws Error naming the path if it cannot be read or is not
+/// JSON; as parse_hf_config otherwise.
+HfConfig read_hf_config(const std::filesystem::path& path);
+
+// ---- implementation -----------------------------------------------------------------------------
+
+namespace detail {
+
+/// One config.json's keys, read with the file's name in every message.
+class ConfigReader {
+ public:
+  ConfigReader(const nlohmann::json& json, std::string_view source)
+      : json_(json), source_(source) {}
+
+  bool has(const char* key) const { return json_.contains(key) && !json_.at(key).is_null(); }
+
+  index_t count(const char* key) const {
+    const auto& value = at(key);
+    if (!value.is_number_integer()) fail(key, "must be a whole number", value);
+    return value.get<index_t>();
+  }
+  std::optional<index_t> optional_count(const char* key) const {
+    return has(key) ? std::optional<index_t>(count(key)) : std::nullopt;
+  }
+  double number(const char* key, std::optional<double> fallback = std::nullopt) const {
+    if (!has(key) && fallback) return *fallback;
+    const auto& value = at(key);
+    if (!value.is_number()) fail(key, "must be a number", value);
+    return value.get<double>();
+  }
+  bool flag(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!json_.at(key).is_boolean()) fail(key, "must be true or false", json_.at(key));
+    return json_.at(key).get<bool>();
+  }
+  std::string text(const char* key, std::string_view fallback) const {
+    if (!has(key)) return std::string(fallback);
+    if (!json_.at(key).is_string()) fail(key, "must be a string", json_.at(key));
+    return json_.at(key).get<std::string>();
+  }
+  /// A key whose only supported value is `supported` (or absence).
+  void require_text(const char* key, std::initializer_list<std::string_view> supported,
+                    std::string_view fallback) const {
+    const std::string value = text(key, fallback);
+    for (std::string_view ok : supported) {
+      if (value == ok) return;
+    }
+    fail(key, "is not supported by dissect's models", json_.at(key));
+  }
+
+  const nlohmann::json& value(const char* key) const { return at(key); }
+
+  [[noreturn]] void fail(const char* key, std::string_view problem,
+                         const nlohmann::json& value) const {
+    throw ConfigError(
+        dissect::detail::concat(source_, ": \"", key, "\" ", problem, " (got ", value.dump(), ")"));
+  }
+
+ private:
+  const nlohmann::json& at(const char* key) const {
+    if (!json_.contains(key)) {
+      throw ConfigError(dissect::detail::concat(source_, ": missing \"", key, "\""));
+    }
+    return json_.at(key);
+  }
+
+  const nlohmann::json& json_;
+  std::string_view source_;
+};
+
+/// What a file calls each size of TransformerConfig, in the order d_model, n_layers, n_heads,
+/// n_kv_heads, head_dim, d_ff, vocab, context (nullptr: the file has no such key).
+struct SizeKeys {
+  std::array<const char*, 8> names;
+  bool d_ff_defaults_to_4d;  ///< GPT-2's n_inner: null or absent means 4·D
+};
+
+/// The sizes of a config, read under the file's own key names; the style is left as given.
+inline TransformerConfig read_sizes(const ConfigReader& r, const SizeKeys& keys,
+                                    TransformerConfig c = {}) {
+  const auto& [d_model, n_layers, n_heads, n_kv_heads, head_dim, d_ff, vocab, context] = keys.names;
+  c.d_model = r.count(d_model);
+  c.n_layers = r.count(n_layers);
+  c.n_heads = r.count(n_heads);
+  if (n_kv_heads) c.n_kv_heads = r.optional_count(n_kv_heads);
+  if (head_dim) c.head_dim = r.optional_count(head_dim);
+  c.d_ff =
+      keys.d_ff_defaults_to_4d ? r.optional_count(d_ff).value_or(4 * c.d_model) : r.count(d_ff);
+  c.vocab = r.count(vocab);
+  c.context = r.count(context);
+  return c;
+}
+
+inline TransformerConfig gpt2_from(const ConfigReader& r) {
+  // GPT-2's style is TransformerConfig's default.
+  TransformerConfig c = read_sizes(
+      r, {{"n_embd", "n_layer", "n_head", nullptr, nullptr, "n_inner", "vocab_size", "n_positions"},
+          true});
+  c.norm_eps = r.number("layer_norm_epsilon", 1e-5);
+  c.tied_embeddings = r.flag("tie_word_embeddings", true);
+  // GPT-2's "gelu_new" is the tanh approximation, the only GELU its blocks use.
+  r.require_text("activation_function", {"gelu_new", "gelu_pytorch_tanh"}, "gelu_new");
+  return c;
+}
+
+inline TransformerConfig llama_from(const ConfigReader& r) {
+  TransformerConfig c = read_sizes(
+      r, {{"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+           "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings"},
+          false});
+  c.norm_eps = r.number("rms_norm_eps", 1e-6);
+  c.rope_theta = r.number("rope_theta", 10000.0);
+  c.tied_embeddings = r.flag("tie_word_embeddings", false);
+  c.positions = Positions::rotary;
+  c.norm = Norm::rms_norm;
+  c.ffn = Ffn::gated;
+  c.bias = r.flag("attention_bias", false);
+  if (r.flag("mlp_bias", c.bias) != c.bias) {
+    r.fail("mlp_bias", "must equal attention_bias in dissect's models", r.value("mlp_bias"));
+  }
+  r.require_text("hidden_act", {"silu"}, "silu");
+  if (r.has("rope_scaling")) {
+    r.fail("rope_scaling", "is not supported (plain RoPE only)", r.value("rope_scaling"));
+  }
+  return c;
+}
+
+}  // namespace detail
+
+inline HfConfig parse_hf_config(const nlohmann::json& json, std::string_view source) {
+  if (!json.is_object()) {
+    throw ConfigError(dissect::detail::concat(source, ": a config.json must be a JSON object"));
+  }
+  const detail::ConfigReader reader(json, source);
+  HfConfig result{family_from_name(reader.text("model_type", ""), source), {}};
+  result.config =
+      result.family == ModelFamily::gpt2 ? detail::gpt2_from(reader) : detail::llama_from(reader);
+  try {
+    result.config.validate();
+  } catch (const ConfigError& error) {
+    throw ConfigError(dissect::detail::concat(source, ": ", error.what()));
+  }
+  return result;
+}
+
+inline HfConfig read_hf_config(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(dissect::detail::concat(path.string(), ": cannot open for reading"));
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& error) {
+    throw Error(dissect::detail::concat(path.string(), ": not valid JSON (", error.what(), ")"));
+  }
+  return parse_hf_config(json, path.string());
+}
+
+}  // namespace dissect

@@ -1,0 +1,237 @@
+// dissect/io/huggingface.hpp — Hugging Face GPT-2 and LLaMA checkpoints into dissect's models.
+//
+// HfCheckpointView shows a checkpoint under dissect's parameter names and layouts, so the one
+// strict load_state_dict fills the model and reports every missing, unexpected and mis-shaped
+// tensor at once. What it translates:
+// - GPT-2: names with or without the "transformer." prefix (the official files have none);
+//   Conv1D weights, stored [in, out], transposed into nn.Linear's [out, in]; c_attn → qkv,
+//   attn.c_proj → proj, c_fc → up, mlp.c_proj → down; the attention-mask buffers (attn.bias,
+//   attn.masked_bias) hidden; a tied head's lm_head.weight (a copy of wte) hidden.
+// - LLaMA: "model." dropped; q_proj, k_proj and v_proj stacked by rows into one qkv (queries,
+//   then keys, then values: the order QKVProjection splits them in); o_proj → proj,
+//   gate_proj/up_proj/down_proj → gate/up/down; rotary_emb.inv_freq buffers hidden.
+// A tensor of neither kind keeps its name and so is reported as unexpected.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "dissect/io/checkpoint.hpp"
+#include "dissect/io/hf_config.hpp"
+#include "dissect/io/state_dict.hpp"
+#include "dissect/models/decoder_model.hpp"
+
+namespace dissect {
+
+class HfCheckpointView {
+ public:
+  /// Maps every tensor of `checkpoint` (which must outlive the view) for the model `config`
+  /// describes (its family; its tied head, whose lm_head.weight copy is hidden).
+  /// @throws FormatError naming the tensor if a projection is not a matrix, or a stacked qkv's
+  ///         parts disagree in width or dtype.
+  HfCheckpointView(const Checkpoint& checkpoint, const HfConfig& config);
+
+  const std::filesystem::path& path() const { return checkpoint_->path(); }
+  std::vector<std::string> tensor_names() const;
+  bool contains(std::string_view name) const { return tensors_.find(name) != tensors_.end(); }
+  /// dissect's view of the tensor: its name, the checkpoint's dtype, dissect's shape.
+  const TensorInfo& info(std::string_view name) const { return mapped(name).info; }
+
+  /// One checkpoint tensor behind a dissect one: stacked at `first_row`, maybe transposed.
+  struct Part {
+    std::string name;
+    bool transpose = false;
+    index_t first_row = 0;
+  };
+  struct Mapped {
+    TensorInfo info;
+    std::vector<Part> parts;
+  };
+  const Mapped& mapped(std::string_view name) const;
+  const Checkpoint& checkpoint() const { return *checkpoint_; }
+
+ private:
+  void add(std::string name, std::vector<Part> parts);
+
+  const Checkpoint* checkpoint_;
+  std::map<std::string, Mapped, std::less<>> tensors_;
+};
+
+/// Fills `target` (dissect's shape) from the parts behind `name`, converting to Scalar.
+/// @throws as load_into on a Checkpoint; ShapeError if target's shape is not info(name)'s.
+template <class Scalar, std::size_t Rank>
+void load_into(const HfCheckpointView& view, std::string_view name,
+               TensorView<Scalar, Rank> target);
+
+/// A GPT2Model or LlamaModel read from a Hugging Face model directory (config.json beside the
+/// safetensors file(s) or their index), strictly: every parameter present and shaped right,
+/// nothing unexpected. @throws ConfigError if config.json describes another family (or as
+/// read_hf_config); Error listing every problem of the weights (as load_state_dict).
+template <class Model>
+Model load_hf_model(const std::filesystem::path& directory);
+
+// ---- implementation -----------------------------------------------------------------------------
+
+namespace detail {
+
+/// GPT-2's checkpoint name → dissect's, with whether the weight is a Conv1D to transpose;
+/// nullopt for the buffers no model parameter stands for.
+inline std::optional<std::pair<std::string, bool>> gpt2_name(std::string_view name) {
+  if (name.starts_with("transformer.")) name.remove_prefix(std::string_view("transformer.").size());
+  if (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias")) return std::nullopt;
+  static constexpr std::pair<std::string_view, std::string_view> renames[] = {
+      {".attn.c_attn.", ".attn.qkv."},
+      {".attn.c_proj.", ".attn.proj."},
+      {".mlp.c_fc.", ".mlp.up."},
+      {".mlp.c_proj.", ".mlp.down."}};
+  std::string result(name);
+  for (const auto& [theirs, ours] : renames) {
+    if (const auto at = result.find(theirs); at != std::string::npos) {
+      result.replace(at, theirs.size(), ours);
+      return std::pair{result, result.ends_with(".weight")};  // Conv1D: [in, out]
+    }
+  }
+  return std::pair{result, false};
+}
+
+/// LLaMA's checkpoint name → dissect's; `part` is 0, 1, 2 for q_proj, k_proj, v_proj (stacked
+/// into qkv), −1 otherwise.
+inline std::optional<std::pair<std::string, int>> llama_name(std::string_view name) {
+  if (name.starts_with("model.")) name.remove_prefix(std::string_view("model.").size());
+  if (name.ends_with("rotary_emb.inv_freq")) return std::nullopt;
+  static constexpr std::pair<std::string_view, std::string_view> renames[] = {
+      {".self_attn.q_proj.", ".self_attn.qkv."}, {".self_attn.k_proj.", ".self_attn.qkv."},
+      {".self_attn.v_proj.", ".self_attn.qkv."}, {".self_attn.o_proj.", ".self_attn.proj."},
+      {".mlp.gate_proj.", ".mlp.gate."},         {".mlp.up_proj.", ".mlp.up."},
+      {".mlp.down_proj.", ".mlp.down."}};
+  std::string result(name);
+  for (int i = 0; i < 7; ++i) {
+    const auto& [theirs, ours] = renames[i];
+    if (const auto at = result.find(theirs); at != std::string::npos) {
+      result.replace(at, theirs.size(), ours);
+      return std::pair{result, i < 3 ? i : -1};
+    }
+  }
+  return std::pair{result, -1};
+}
+
+}  // namespace detail
+
+inline void HfCheckpointView::add(std::string name, std::vector<Part> parts) {
+  const TensorInfo& first = checkpoint_->info(parts.front().name);
+  TensorInfo info{name, first.dtype, first.shape, 0, 0};
+  const auto fail = [&](std::string_view why) {
+    throw FormatError(
+        dissect::detail::concat(path().string(), ": ", parts.front().name, " (", name, "): ", why));
+  };
+  if (parts.front().transpose) {
+    if (info.shape.size() != 2) fail("a Conv1D weight must be a matrix [in, out]");
+    std::swap(info.shape[0], info.shape[1]);
+  }
+  // Stacked parts (q, k, v) sit one after another along the rows.
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const TensorInfo& next = checkpoint_->info(parts[i].name);
+    if (next.shape.empty() || next.shape.size() != info.shape.size() ||
+        !std::equal(next.shape.begin() + 1, next.shape.end(), info.shape.begin() + 1)) {
+      fail(dissect::detail::concat("cannot stack ", parts[i].name, " ",
+                                   format_shape(std::span<const index_t>(next.shape)),
+                                   " under it"));
+    }
+    if (next.dtype != info.dtype) fail("q, k and v projections differ in dtype");
+    parts[i].first_row = info.shape[0];
+    info.shape[0] = checked_add(info.shape[0], next.shape[0], name);
+  }
+  tensors_.emplace(std::move(name), Mapped{std::move(info), std::move(parts)});
+}
+
+inline HfCheckpointView::HfCheckpointView(const Checkpoint& checkpoint, const HfConfig& config)
+    : checkpoint_(&checkpoint) {
+  const ModelFamily family = config.family;
+  // Stacked qkv parts by dissect name: slot 0, 1, 2 for q, k, v.
+  std::map<std::string, std::array<std::string, 3>> stacks;
+  for (const std::string& name : checkpoint.tensor_names()) {
+    if (name == "lm_head.weight" && config.config.tied_embeddings) continue;  // = wte
+    if (family == ModelFamily::gpt2) {
+      if (const auto mapped = detail::gpt2_name(name)) {
+        add(mapped->first, {Part{name, mapped->second, 0}});
+      }
+    } else if (const auto mapped = detail::llama_name(name)) {
+      if (mapped->second < 0) {
+        add(mapped->first, {Part{name, false, 0}});
+      } else {
+        stacks[mapped->first][static_cast<std::size_t>(mapped->second)] = name;
+      }
+    }
+  }
+  for (auto& [name, slots] : stacks) {
+    std::vector<Part> parts;
+    for (const std::string& part : slots) {
+      // A qkv with a projection missing stays missing (load_state_dict names it); its other
+      // parts are then unexpected, under their own names.
+      if (!part.empty()) parts.push_back({part, false, 0});
+    }
+    if (parts.size() == 3) {
+      add(name, std::move(parts));
+    } else {
+      for (const Part& part : parts) add(part.name, {part});
+    }
+  }
+}
+
+inline std::vector<std::string> HfCheckpointView::tensor_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, mapped] : tensors_) names.push_back(name);
+  return names;
+}
+
+inline const HfCheckpointView::Mapped& HfCheckpointView::mapped(std::string_view name) const {
+  const auto found = tensors_.find(name);
+  if (found == tensors_.end()) {
+    throw Error(dissect::detail::concat(path().string(), ": no tensor for ", name));
+  }
+  return found->second;
+}
+
+template <class Scalar, std::size_t Rank>
+void load_into(const HfCheckpointView& view, std::string_view name,
+               TensorView<Scalar, Rank> target) {
+  const auto& mapped = view.mapped(name);
+  if (!std::equal(mapped.info.shape.begin(), mapped.info.shape.end(), target.shape().begin(),
+                  target.shape().end())) {
+    throw ShapeError(dissect::detail::concat(
+        "load_into: ", name, " is ", format_shape(std::span<const index_t>(mapped.info.shape)),
+        " in ", view.path().string(), ", the target is ", format_shape(target.shape())));
+  }
+  const index_t row = Rank == 1 ? 1 : target.size() / std::max<index_t>(target.dim(0), 1);
+  for (const auto& part : mapped.parts) {
+    const TensorInfo& info = view.checkpoint().info(part.name);
+    Shape<Rank> shape{};
+    std::copy(info.shape.begin(), info.shape.end(), shape.begin());
+    auto values = Tensor<Scalar, Rank>::uninitialized(shape);
+    load_into(view.checkpoint(), part.name, values.view());
+    if constexpr (Rank == 2) {
+      if (part.transpose) {
+        target.matrix() = values.matrix().transpose();
+        continue;
+      }
+    }
+    std::copy(values.begin(), values.end(), target.data() + part.first_row * row);
+  }
+}
+
+template <class Model>
+Model load_hf_model(const std::filesystem::path& directory) {
+  const HfConfig hf = read_hf_config(directory / "config.json");
+  require_family<Model>(hf.family, (directory / "config.json").string());
+  Model model(hf.config, {.seed = 0});
+  const Checkpoint checkpoint(directory);
+  load_state_dict(model, HfCheckpointView(checkpoint, hf));
+  return model;
+}
+
+}  // namespace dissect

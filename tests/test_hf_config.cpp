@@ -1,0 +1,102 @@
+// Tests of dissect/io/hf_config.hpp: the fixtures' config.json files (written with
+// transformers' keys) give the configs of the model fixtures; every missing, mistyped or
+// unsupported key is a ConfigError naming the file and the key.
+#include <gtest/gtest.h>
+
+#include "dissect/io/hf_config.hpp"
+#include "support/fixture.hpp"
+#include "support/tensor_testing.hpp"
+
+namespace dissect {
+namespace {
+
+nlohmann::json gpt2_json() {
+  return {{"model_type", "gpt2"}, {"n_embd", 32},
+          {"n_layer", 2},         {"n_head", 4},
+          {"n_inner", nullptr},   {"vocab_size", 97},
+          {"n_positions", 24},    {"layer_norm_epsilon", 1e-5}};
+}
+
+nlohmann::json llama_json() {
+  return {{"model_type", "llama"},
+          {"hidden_size", 32},
+          {"intermediate_size", 88},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"num_hidden_layers", 2},
+          {"vocab_size", 97},
+          {"max_position_embeddings", 32},
+          {"rms_norm_eps", 1e-6},
+          {"rope_theta", 10000.0},
+          {"tie_word_embeddings", false},
+          {"hidden_act", "silu"}};
+}
+
+TEST(HfConfig, TheFixturesConfigFilesGiveTheFixturesConfigs) {
+  const auto gpt2 = read_hf_config(testing::fixture_dir("hf") / "gpt2" / "config.json");
+  EXPECT_EQ(gpt2.family, ModelFamily::gpt2);
+  EXPECT_EQ(gpt2.config.d_model, 32);
+  EXPECT_EQ(gpt2.config.d_ff, 128);  // n_inner null: 4·n_embd
+  EXPECT_EQ(gpt2.config.context, 24);
+  EXPECT_TRUE(gpt2.config.tied_embeddings);
+  EXPECT_EQ(gpt2.config.norm, Norm::layer_norm);
+  EXPECT_DOUBLE_EQ(*gpt2.config.norm_eps, 1e-5);
+  const auto llama = read_hf_config(testing::fixture_dir("hf") / "llama" / "config.json");
+  EXPECT_EQ(llama.family, ModelFamily::llama);
+  EXPECT_EQ(llama.config.kv_heads(), 2);
+  EXPECT_EQ(llama.config.d_ff, 88);
+  EXPECT_EQ(llama.config.positions, Positions::rotary);
+  EXPECT_FALSE(llama.config.tied_embeddings);
+  EXPECT_FALSE(llama.config.bias);
+  EXPECT_DOUBLE_EQ(llama.config.rope_theta, 10000.0);
+  EXPECT_DOUBLE_EQ(*llama.config.norm_eps, 1e-6);
+}
+
+TEST(HfConfig, DefaultsFollowTransformers) {
+  auto json = llama_json();
+  json.erase("num_key_value_heads");
+  json.erase("rope_theta");
+  json.erase("tie_word_embeddings");
+  const auto llama = parse_hf_config(json, "config.json");
+  EXPECT_EQ(llama.config.kv_heads(), 4);
+  EXPECT_DOUBLE_EQ(llama.config.rope_theta, 10000.0);
+  EXPECT_FALSE(llama.config.tied_embeddings);
+}
+
+TEST(HfConfigErrors, EveryBadKeyIsNamedWithTheFile) {
+  auto missing = gpt2_json();
+  missing.erase("n_head");
+  EXPECT_THROW_WITH(parse_hf_config(missing, "dir/config.json"), ConfigError,
+                    "dir/config.json: missing \"n_head\"");
+  auto mistyped = gpt2_json();
+  mistyped["n_embd"] = "32";
+  EXPECT_THROW_WITH(parse_hf_config(mistyped, "c.json"), ConfigError,
+                    "c.json: \"n_embd\" must be a whole number (got \"32\")");
+  auto activation = gpt2_json();
+  activation["activation_function"] = "relu";
+  EXPECT_THROW_WITH(parse_hf_config(activation, "c.json"), ConfigError,
+                    "\"activation_function\" is not supported by dissect's models (got \"relu\")");
+  auto scaling = llama_json();
+  scaling["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  EXPECT_THROW_WITH(parse_hf_config(scaling, "c.json"), ConfigError,
+                    "\"rope_scaling\" is not supported");
+  auto type = llama_json();
+  type["model_type"] = "mistral";
+  EXPECT_THROW_WITH(parse_hf_config(type, "c.json"), ConfigError,
+                    "model_type \"mistral\" is not one dissect builds (known: gpt2, llama)");
+  auto heads = llama_json();
+  heads["num_key_value_heads"] = 3;
+  EXPECT_THROW_WITH(parse_hf_config(heads, "c.json"), ConfigError,
+                    "c.json: TransformerConfig: n_kv_heads 3 does not divide n_heads 4");
+  auto theta = llama_json();
+  theta["rope_theta"] = -1.0;
+  EXPECT_THROW_WITH(parse_hf_config(theta, "c.json"), ConfigError,
+                    "rope_theta must be finite and > 0");
+  EXPECT_THROW_WITH(parse_hf_config(nlohmann::json::array(), "c.json"), ConfigError,
+                    "must be a JSON object");
+  EXPECT_THROW_WITH(read_hf_config("no/such/config.json"), Error,
+                    "no/such/config.json: cannot open");
+}
+
+}  // namespace
+}  // namespace dissect
