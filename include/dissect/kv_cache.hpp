@@ -47,6 +47,12 @@ class KVCache {
   /// Forgets every position (the memory stays, for the next sequence).
   void clear() { length_ = 0; }
 
+  /// Keeps the first `length` positions of every layer and forgets the rest (the memory stays):
+  /// rolls the cache back to a prefix, e.g. to decode another continuation of the same prompt.
+  /// The positions kept are untouched, so decoding from them again gives the same results.
+  /// @throws ShapeError if length < 0 or length > length() (nothing changes).
+  void truncate(index_t length);
+
   /// Checks that this cache was built for `config` and `batch` and has room for `tokens` more
   /// positions. @throws ShapeError naming `op` and what differs (nothing changes).
   void check_step(std::string_view op, const TransformerConfig& config, index_t batch,
@@ -160,6 +166,16 @@ template <class Scalar>
 void KVCache<Scalar>::advance(index_t tokens) {
   check_room("KVCache::advance", tokens);
   length_ += tokens;
+}
+
+template <class Scalar>
+void KVCache<Scalar>::truncate(index_t length) {
+  if (length < 0 || length > length_) {
+    throw ShapeError(detail::concat("KVCache::truncate: cannot keep ", length,
+                                    " positions of a cache holding ", length_, " (capacity ",
+                                    capacity(), ")"));
+  }
+  length_ = length;
 }
 
 template <class Scalar>
