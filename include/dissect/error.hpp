@@ -3,7 +3,8 @@
 // Everything derives from dissect::Error (a std::runtime_error), so one catch handles them
 // all. ShapeError is for shapes that do not fit (including element counts that overflow
 // int64); ConfigError is for impossible model or budget configurations; OverflowError (a
-// ShapeError) for any count or size that leaves int64. Messages start with
+// ShapeError) for any count or size that leaves int64; FormatError for a file whose bytes break
+// its format's rules (a corrupt checkpoint). Messages start with
 // the operation and print every shape involved, in the spirit of PyTorch's
 // "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)".
 #pragma once
@@ -35,6 +36,13 @@ struct ConfigError : Error {
 /// It is a ShapeError because every such number is a product of extents.
 struct OverflowError : ShapeError {
   using ShapeError::ShapeError;
+};
+
+/// A file whose contents break its format's rules (truncated, an impossible header, offsets out
+/// of range or overlapping): the message names the file and what is wrong in it. I/O failures
+/// (a file that cannot be opened or written) are plain Errors.
+struct FormatError : Error {
+  using Error::Error;
 };
 
 namespace detail {

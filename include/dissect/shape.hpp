@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <limits>
 #include <ostream>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -26,14 +27,18 @@ using index_t = std::int64_t;
 template <std::size_t Rank>
 using Shape = std::array<index_t, Rank>;
 
-/// "[2, 5, 768]" — the one way shapes are printed in messages and tables.
-template <std::size_t Rank>
-std::string format_shape(const Shape<Rank>& shape) {
+/// "[2, 5, 768]" — the one way shapes are printed in messages and tables. This form takes a
+/// shape whose rank is known only at run time (one read from a file).
+inline std::string format_shape(std::span<const index_t> shape) {
   std::ostringstream out;
   out << '[';
-  for (std::size_t axis = 0; axis < Rank; ++axis) out << (axis ? ", " : "") << shape[axis];
+  for (std::size_t axis = 0; axis < shape.size(); ++axis) out << (axis ? ", " : "") << shape[axis];
   out << ']';
   return out.str();
+}
+template <std::size_t Rank>
+std::string format_shape(const Shape<Rank>& shape) {
+  return format_shape(std::span<const index_t>(shape));
 }
 
 /// "1,073,741,824": digits grouped by thousands, for exact element, byte, parameter and FLOP
