@@ -38,6 +38,22 @@
 // as train_gpt_torch.py's, so that --compare can draw that run's validation curve beside this
 // one's).
 //
+// Checkpoints (dissect::io, safetensors). --save-init writes the initial weights and exits
+// (train_gpt_torch.py starts from them); --init starts from a file's weights; --checkpoint
+// writes the weights after training. Tensors carry the model's state_dict names (wte.weight,
+// wpe.weight, h.0.ln_1.weight, h.0.attn.qkv.weight, …, ln_f.bias; the head is wte) in F32. The
+// "__metadata__" strings say what a sampler needs:
+//   "family"       "gpt2"
+//   "d_model", "n_layers", "n_heads", "d_ff", "vocab", "context"   decimal integers
+//   "tokenizer"    "bytes": token id i stands for one byte, vocab_bytes[i]
+//   "vocab_bytes"  a JSON array of the byte value (0 … 255) of each token id, ascending:
+//                  "[9,10,32,33,…]" (bytes, not characters: a UTF-8 character may take several)
+//   "step"         optimizer steps behind the weights ("0" for --save-init)
+//   "val_loss"     the last validation loss ("%.4f"; absent for --save-init)
+//   "seed"         --seed
+//   "producer"     "train_gpt"
+// --init refuses a file whose sizes or vocab_bytes differ from the flags' and the data's.
+//
 // Every flag is checked before any work, and the data as they are read. Exit status: 0
 // success, 2 bad input (a flag, an output path, missing or unusable data), 1 anything else
 // (training that diverges to a non-finite loss, too).
@@ -52,6 +68,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <numbers>
 #include <optional>
 #include <span>
@@ -75,6 +92,8 @@
 #include "dissect/count.hpp"
 #include "dissect/embedding.hpp"
 #include "dissect/init.hpp"
+#include "dissect/io/safetensors.hpp"
+#include "dissect/io/state_dict.hpp"
 #include "dissect/loss.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/optim.hpp"
@@ -124,6 +143,9 @@ struct Flags {
   std::string svg = "train_gpt.svg";
   std::string curves = "none";
   std::string compare = "";
+  std::string checkpoint = "none";
+  std::string init = "";
+  std::string save_init = "none";
 };
 
 /// Declares every flag on `app`, parsed into `flags`; validate() then checks them.
@@ -158,6 +180,17 @@ void add_flags(CLI::App& app, Flags& flags) {
   option("--seed", flags.seed, "S",
          "weights from dissect::Generator(S), training batches from Generator(S + 1000), "
          "validation batches from Generator(S + 2000) (default 0)");
+
+  group = "Checkpoints";
+  option("--checkpoint", flags.checkpoint, "PATH",
+         "write the trained weights here (.safetensors), checked before training (default "
+         "none)");
+  option("--init", flags.init, "PATH",
+         "start from the weights of this .safetensors file (train_gpt's) instead of "
+         "Generator(seed)'s");
+  option("--save-init", flags.save_init, "PATH",
+         "write the initial weights here (.safetensors) and exit: train_gpt_torch.py --init "
+         "reads them");
 
   group = "Evaluation";
   option("--eval-every", flags.eval_every, "N",
@@ -495,9 +528,79 @@ void print_progress(bool tty, bool final_line, index_t step, index_t steps, doub
   std::fflush(stdout);
 }
 
-/// Trains as `flags` (validated) say; the outputs were opened (and checked) by the caller.
-int run(const Flags& flags, dissect::examples::OutputFile& figure,
-        dissect::examples::OutputFile& curves_file) {
+// ---- checkpoints --------------------------------------------------------------------------------
+
+/// The "__metadata__" of the files train_gpt writes (the keys are listed at the top).
+std::map<std::string, std::string> checkpoint_metadata(const Flags& flags,
+                                                       const dissect::TransformerConfig& config,
+                                                       const Corpus& corpus, index_t step,
+                                                       std::optional<double> val_loss) {
+  std::string bytes = "[";
+  for (const unsigned char byte : corpus.vocab) {
+    bytes += (bytes.size() > 1 ? "," : "") + std::to_string(byte);
+  }
+  std::map<std::string, std::string> metadata = {{"family", "gpt2"},
+                                                 {"d_model", std::to_string(config.d_model)},
+                                                 {"n_layers", std::to_string(config.n_layers)},
+                                                 {"n_heads", std::to_string(config.n_heads)},
+                                                 {"d_ff", std::to_string(config.d_ff)},
+                                                 {"vocab", std::to_string(config.vocab)},
+                                                 {"context", std::to_string(config.context)},
+                                                 {"tokenizer", "bytes"},
+                                                 {"vocab_bytes", bytes + "]"},
+                                                 {"step", std::to_string(step)},
+                                                 {"seed", std::to_string(flags.seed)},
+                                                 {"producer", "train_gpt"}};
+  if (val_loss) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.4f", *val_loss);
+    metadata.emplace("val_loss", text);
+  }
+  return metadata;
+}
+
+/// Loads --init into `model` after checking that the file describes the same model and
+/// vocabulary. @throws UsageError naming --init for a file that cannot be read, metadata that
+/// differ, or tensors that do not fit the model (dissect::io's message).
+void load_initial_weights(Model& model, const std::string& path,
+                          const std::map<std::string, std::string>& expected) {
+  std::optional<dissect::SafetensorsFile> opened;
+  try {
+    opened.emplace(path);
+  } catch (const dissect::Error& error) {
+    throw UsageError(std::string("--init: ") + error.what());
+  }
+  const dissect::SafetensorsFile& file = *opened;
+  for (const auto& [key, value] : file.metadata()) {
+    const auto ours = expected.find(key);
+    const bool compared = key == "family" || key == "vocab_bytes" ||
+                          (ours != expected.end() && key != "step" && key != "seed" &&
+                           key != "producer" && key != "val_loss");
+    if (compared && (ours == expected.end() || ours->second != value)) {
+      throw UsageError("--init: " + path + " holds a model with " + key + " " +
+                       (key == "vocab_bytes" ? "of another vocabulary" : value) +
+                       ", the flags and data give " +
+                       (ours == expected.end() ? std::string("none")
+                        : key == "vocab_bytes" ? std::string("this data's")
+                                               : ours->second));
+    }
+  }
+  try {
+    dissect::load_state_dict(model, file);
+  } catch (const dissect::Error& error) {
+    throw UsageError(std::string("--init: ") + error.what());
+  }
+}
+
+/// The files a run writes, each opened (and so checked) before any work.
+struct Outputs {
+  dissect::examples::OutputFile figure, curves, checkpoint, save_init;
+};
+
+/// Trains as `flags` (validated) say.
+int run(const Flags& flags, Outputs& outputs) {
+  auto& figure = outputs.figure;
+  auto& curves_file = outputs.curves;
 #ifdef _OPENMP
   if (flags.threads > 0) {
     Eigen::setNbThreads(flags.threads);
@@ -536,6 +639,43 @@ int run(const Flags& flags, dissect::examples::OutputFile& figure,
   const auto vocab = static_cast<index_t>(corpus.vocab.size());
   const auto config = model_config(flags, vocab);
   Model model(config, {.seed = flags.seed});
+  if (!flags.init.empty()) {
+    load_initial_weights(model, flags.init,
+                         checkpoint_metadata(flags, config, corpus, 0, std::nullopt));
+  }
+
+  std::printf(
+      "train_gpt: GPT-2 D %lld, L %lld, H %lld, F %lld, context %lld, vocabulary %lld "
+      "(tied head): %s parameters (12·D²·L = %s)\n",
+      static_cast<long long>(config.d_model), static_cast<long long>(config.n_layers),
+      static_cast<long long>(config.n_heads), static_cast<long long>(config.d_ff),
+      static_cast<long long>(config.context), static_cast<long long>(vocab),
+      dissect::format_count(model.parameter_count()).c_str(),
+      dissect::format_count(12 * config.d_model * config.d_model * config.n_layers).c_str());
+  std::printf(
+      "  data: %s bytes of %zu fortune files in %s (read in %.2f s): %s train, %s "
+      "validation\n",
+      dissect::format_count(n).c_str(), corpus.files.size(), flags.data.c_str(), load_seconds,
+      dissect::format_count(n_train).c_str(), dissect::format_count(n - n_train).c_str());
+  std::printf(
+      "  weights %s; AdamW lr %g (warm-up %lld steps, cosine to %g), betas (0.9, 0.95), weight "
+      "decay "
+      "%g on matrices; batch %lld × %lld tokens, %lld steps, seed %llu\n",
+      flags.init.empty() ? "from --seed" : ("from " + flags.init).c_str(), flags.lr,
+      static_cast<long long>(warmup_steps(flags)), 0.1 * flags.lr, flags.weight_decay,
+      static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(flags.steps),
+      static_cast<unsigned long long>(flags.seed));
+  std::printf("  Eigen %d.%d.%d, SIMD %s, %d thread(s)\n", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION,
+              EIGEN_MINOR_VERSION, Eigen::SimdInstructionSetsInUse(), threads_in_use());
+
+  if (outputs.save_init.enabled()) {
+    dissect::save_module(outputs.save_init.path(), model,
+                         checkpoint_metadata(flags, config, corpus, 0, std::nullopt));
+    outputs.save_init.written_elsewhere();
+    std::cout << "wrote the initial weights to " << outputs.save_init.path() << "\n";
+    return 0;
+  }
+
   auto [matrices, others] = parameter_groups(model);
   const double decay = flags.weight_decay;
   Optimizers optimizers{
@@ -554,28 +694,6 @@ int run(const Flags& flags, dissect::examples::OutputFile& figure,
   dissect::Generator train_generator(flags.seed + 1000);
   Batch batch(B, T);
   Model::Cache cache;
-
-  std::printf(
-      "train_gpt: GPT-2 D %lld, L %lld, H %lld, F %lld, context %lld, vocabulary %lld "
-      "(tied head): %s parameters (12·D²·L = %s)\n",
-      static_cast<long long>(config.d_model), static_cast<long long>(config.n_layers),
-      static_cast<long long>(config.n_heads), static_cast<long long>(config.d_ff),
-      static_cast<long long>(config.context), static_cast<long long>(vocab),
-      dissect::format_count(model.parameter_count()).c_str(),
-      dissect::format_count(12 * config.d_model * config.d_model * config.n_layers).c_str());
-  std::printf(
-      "  data: %s bytes of %zu fortune files in %s (read in %.2f s): %s train, %s "
-      "validation\n",
-      dissect::format_count(n).c_str(), corpus.files.size(), flags.data.c_str(), load_seconds,
-      dissect::format_count(n_train).c_str(), dissect::format_count(n - n_train).c_str());
-  std::printf(
-      "  AdamW lr %g (warm-up %lld steps, cosine to %g), betas (0.9, 0.95), weight decay "
-      "%g on matrices; batch %lld × %lld tokens, %lld steps, seed %llu\n",
-      flags.lr, static_cast<long long>(warmup_steps(flags)), 0.1 * flags.lr, flags.weight_decay,
-      static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(flags.steps),
-      static_cast<unsigned long long>(flags.seed));
-  std::printf("  Eigen %d.%d.%d, SIMD %s, %d thread(s)\n", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION,
-              EIGEN_MINOR_VERSION, Eigen::SimdInstructionSetsInUse(), threads_in_use());
 
   const bool tty = isatty(fileno(stdout)) == 1;
   Curves curves;
@@ -643,20 +761,28 @@ int run(const Flags& flags, dissect::examples::OutputFile& figure,
       static_cast<long long>(flags.steps), total_seconds, train_seconds,
       grouped(static_cast<double>(flags.steps * B * T) / train_seconds).c_str());
 
+  if (outputs.checkpoint.enabled()) {
+    dissect::save_module(
+        outputs.checkpoint.path(), model,
+        checkpoint_metadata(flags, config, corpus, flags.steps, curves.val.back()));
+    outputs.checkpoint.written_elsewhere();
+    std::cout << "wrote " << outputs.checkpoint.path() << "\n";
+  }
   if (curves_file.enabled()) {
     curves_file.write(curves_csv(curves));
     std::cout << "wrote " << curves_file.path() << "\n";
   }
   if (figure.enabled()) {
     namespace ex = dissect::examples;
-    // The training loss per step is noisy; its mean over each report interval is drawn on top.
+    // The training loss per step is noisy; its mean over each report interval is drawn on top,
+    // at the interval's middle (steps from + 1 … to).
     std::vector<double> mean_step, mean_loss;
     for (std::size_t i = 1; i < curves.val_step.size(); ++i) {
       const auto from = static_cast<std::size_t>(curves.val_step[i - 1]);
       const auto to = static_cast<std::size_t>(curves.val_step[i]);
       double sum = 0;
       for (std::size_t k = from; k < to; ++k) sum += curves.train[k];
-      mean_step.push_back(curves.val_step[i]);
+      mean_step.push_back(0.5 * (curves.val_step[i - 1] + 1 + curves.val_step[i]));
       mean_loss.push_back(sum / static_cast<double>(to - from));
     }
     std::vector<ex::Series> loss_series = {
@@ -701,8 +827,10 @@ int main(int argc, char** argv) {
   // A configuration the library refuses is bad input too (status 2).
   return ex::run_program<dissect::Error>("train_gpt", [&] {
     validate(flags);
-    ex::OutputFile figure("--svg", flags.svg);  // bad paths fail now, not after training
-    ex::OutputFile curves("--curves", flags.curves);
-    return run(flags, figure, curves);
+    // Bad paths fail now, not after training.
+    Outputs outputs{ex::OutputFile("--svg", flags.svg), ex::OutputFile("--curves", flags.curves),
+                    ex::OutputFile("--checkpoint", flags.checkpoint),
+                    ex::OutputFile("--save-init", flags.save_init)};
+    return run(flags, outputs);
   });
 }

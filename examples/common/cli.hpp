@@ -135,6 +135,9 @@ class OutputFile {
   }
 
   bool enabled() const { return !path_.empty() && path_ != "none"; }
+  /// Records that another writer (an atomic save that renames its file over this path) wrote
+  /// the file, so that it is kept.
+  void written_elsewhere() { written_ = true; }
   const std::string& path() const { return path_; }
 
   /// Replaces the file's contents with `text` (nothing if not enabled()). @throws
