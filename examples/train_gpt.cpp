@@ -791,9 +791,11 @@ int run(const Flags& flags, Outputs& outputs) {
         ex::line(mean_step, mean_loss, {.label = "train (interval mean)", .color = "#1f77b4"}),
         ex::line(curves.val_step, curves.val, {.label = "validation", .color = "#ff7f0e"})};
     if (!compare.val.empty()) {
-      loss_series.push_back(
-          ex::line(compare.val_step, compare.val,
-                   {.label = "validation (--compare)", .color = "#d62728", .dash = "6 3"}));
+      loss_series.push_back(ex::line(
+          compare.val_step, compare.val,
+          {.label = "validation, " + std::filesystem::path(flags.compare).filename().string(),
+           .color = "#d62728",
+           .dash = "6 3"}));
     }
     const std::vector<ex::Panel> panels = {
         {.title = "cross-entropy loss (nats per byte)",
