@@ -34,9 +34,9 @@
 // Output. A progress line per report (every --eval-every steps and at the end): the mean
 // training loss since the previous report, the validation loss, the learning rate, training
 // tokens per second (evaluation excluded) and the time left; on a terminal the line is also
-// redrawn after every step. --svg draws the curves, --curves writes them as CSV (the same format
-// as train_gpt_torch.py's, so that --compare can draw that run's validation curve beside this
-// one's).
+// redrawn between reports (after a step, at most ten times a second). --svg draws the curves,
+// --curves writes them as CSV (the same format as train_gpt_torch.py's, so that --compare can
+// draw that run's validation curve beside this one's).
 //
 // Checkpoints (dissect::io, safetensors). --save-init writes the initial weights and exits
 // (train_gpt_torch.py starts from them); --init starts from a file's weights; --checkpoint
@@ -704,6 +704,7 @@ int run(const Flags& flags, Outputs& outputs) {
   std::fflush(stdout);
 
   const auto start = Clock::now();
+  auto last_redraw = start;
   double train_seconds = 0, interval_seconds = 0, interval_loss = 0;
   index_t interval_steps = 0;
   for (index_t step = 0; step < flags.steps; ++step) {
@@ -741,7 +742,11 @@ int run(const Flags& flags, Outputs& outputs) {
     }
     const double eta =
         seconds_since(start) / static_cast<double>(done) * static_cast<double>(flags.steps - done);
-    if (report || tty) {
+    // A terminal's line is redrawn at most ten times a second: tiny models take microseconds a
+    // step.
+    const bool redraw = tty && seconds_since(last_redraw) >= 0.1;
+    if (redraw) last_redraw = Clock::now();
+    if (report || redraw) {
       print_progress(tty, report, done, flags.steps,
                      interval_loss / static_cast<double>(interval_steps), val, lr,
                      tokens_per_second, eta);

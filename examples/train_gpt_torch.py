@@ -349,7 +349,7 @@ def main(argv=None):
     rows = [(0, None, None, evaluate())]  # (step, lr, train loss, val loss)
     print(f"step {0:6d}/{args.steps}  val {rows[0][3]:.4f}  (before training)", flush=True)
 
-    start = time.perf_counter()
+    start = last_redraw = time.perf_counter()
     train_seconds = interval_seconds = interval_loss = 0.0
     interval_steps = 0
     train_losses = []
@@ -380,7 +380,10 @@ def main(argv=None):
         val = evaluate() if report else None
         rows.append((done, lr, loss, val))
         eta = (time.perf_counter() - start) / done * (args.steps - done)
-        if report or tty:
+        redraw = tty and time.perf_counter() - last_redraw >= 0.1  # ten times a second at most
+        if redraw:
+            last_redraw = time.perf_counter()
+        if report or redraw:
             line = progress_line(done, args.steps, interval_loss / interval_steps, val, lr,
                                  interval_steps * B * T / max(interval_seconds, 1e-9), eta)
             print(f"\r{line:<90}" if tty else line, end="\n" if report else "", flush=True)
