@@ -72,7 +72,6 @@
 #include <numbers>
 #include <optional>
 #include <span>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -301,6 +300,10 @@ void validate(const Flags& flags) {
 struct DataMissing : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+/// A fortune file that cannot be read: bad input too (exit status 2).
+struct DataError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 /// The corpus: the joined text, the files it came from, and its vocabulary.
 struct Corpus {
@@ -310,8 +313,8 @@ struct Corpus {
   std::array<index_t, 256> id_of{};  ///< byte → token id (-1: absent)
 };
 
-/// Reads the fortune files of `dir` as the header says. @throws DataMissing, or
-/// std::runtime_error naming a file that cannot be read.
+/// Reads the fortune files of `dir` as the header says. @throws DataMissing, or DataError
+/// naming a file that cannot be read.
 Corpus read_fortunes(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -330,7 +333,7 @@ Corpus read_fortunes(const std::string& dir) {
     const fs::path path = fs::path(dir) / name;
     std::ifstream in(path, std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!in.good() && !in.eof()) throw std::runtime_error("cannot read " + path.string());
+    if (!in.good() && !in.eof()) throw DataError("cannot read " + path.string());
     if (bytes.empty()) continue;
     if (bytes.back() != '\n') bytes += '\n';
     if (!bytes.ends_with("\n%\n") && bytes != "%\n") bytes += "%\n";
@@ -831,8 +834,9 @@ int main(int argc, char** argv) {
   Flags flags;
   add_flags(app, flags);
   if (const auto status = ex::parse_command_line(app, argc, argv)) return *status;
-  // A configuration the library refuses is bad input too (status 2).
-  return ex::run_program<dissect::Error>("train_gpt", [&] {
+  // An unreadable data file and a configuration or file the library refuses are bad input too
+  // (status 2).
+  return ex::run_program<DataError, dissect::Error>("train_gpt", [&] {
     validate(flags);
     // Bad paths fail now, not after training.
     Outputs outputs{ex::OutputFile("--svg", flags.svg), ex::OutputFile("--curves", flags.curves),
