@@ -60,7 +60,10 @@ using Clock = std::chrono::steady_clock;
 
 // ---- flags --------------------------------------------------------------------------------------
 
+using dissect::examples::check_range;
+using dissect::examples::check_real;
 using dissect::examples::UsageError;
+using dissect::examples::whole_number;
 
 // Limits that keep a typo from asking for days of work or more memory than a desktop has: 1000
 // epochs of the default model take minutes to half an hour, and it needs 25 MB of the 4 GiB.
@@ -102,22 +105,6 @@ std::vector<index_t> model_widths(const Flags& flags) {
   widths.insert(widths.end(), flags.hidden.begin(), flags.hidden.end());
   widths.push_back(static_cast<index_t>(dissect::examples::fashion_mnist_classes.size()));
   return widths;
-}
-
-/// A check for an integer flag: CLI11 2.1 silently reads a number too large for the type as its
-/// maximum, and "-1" into an unsigned as 2^64 − 1; this lets only decimal integers that fit pass.
-template <class Integer>
-CLI::Validator whole_number() {
-  return CLI::Validator(
-      [](std::string& text) {
-        Integer value{};
-        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-        if (ec == std::errc() && end == text.data() + text.size()) return std::string();
-        return "\"" + text + "\" is not a whole number in [" +
-               std::to_string(std::numeric_limits<Integer>::min()) + ", " +
-               std::to_string(std::numeric_limits<Integer>::max()) + "]";
-      },
-      "");
 }
 
 /// Declares every flag on `app`, parsed into `flags`; validate() then checks them.
@@ -192,29 +179,6 @@ std::vector<index_t> parse_widths(std::string_view flag, const std::string& list
     text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
   }
   return widths;  // empty: no hidden layer, a linear classifier
-}
-
-template <class Integer>
-void check_range(const char* flag, Integer value, Integer low, Integer high) {
-  if (value < low || value > high) {
-    throw UsageError(std::string(flag) + ": must be in [" + std::to_string(low) + ", " +
-                     std::to_string(high) + "], got " + std::to_string(value));
-  }
-}
-
-/// value >= low (> low unless `inclusive`), value < high, and finite: NaN fails every
-/// comparison.
-void check_real(const char* flag, double value, double low, bool inclusive,
-                double high = HUGE_VAL) {
-  if ((inclusive ? value >= low : value > low) && value < high) return;
-  char text[160];
-  if (high < HUGE_VAL) {
-    std::snprintf(text, sizeof text, "%s: must be in [%g, %g), got %g", flag, low, high, value);
-  } else {
-    std::snprintf(text, sizeof text, "%s: must be a finite number %s %g, got %g", flag,
-                  inclusive ? ">=" : ">", low, value);
-  }
-  throw UsageError(text);
 }
 
 /// Bytes the run will hold, counted in int64 with overflow checks: weights and gradients, the

@@ -1,5 +1,6 @@
 // examples/common/cli.hpp — what the example programs share on their command line: CLI11
-// parsing with one set of exit statuses, and output files checked before any work is done.
+// parsing with one set of exit statuses, range checks of flag values, and output files checked
+// before any work is done.
 //
 // NOT part of the dissect library: example-only. Exit statuses: 0 success, 2 bad input (a flag,
 // an output path that cannot be written, a missing or corrupt data file), 1 anything else.
@@ -8,10 +9,14 @@
 #include <CLI/CLI.hpp>
 
 #include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -33,6 +38,46 @@ inline constexpr const char* kExitStatusHelp =
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+/// A check for an integer flag: CLI11 2.1 silently reads a number too large for the type as its
+/// maximum, and "-1" into an unsigned as 2^64 − 1; this lets only decimal integers that fit pass.
+template <class Integer>
+CLI::Validator whole_number() {
+  return CLI::Validator(
+      [](std::string& text) {
+        Integer value{};
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec == std::errc() && end == text.data() + text.size()) return std::string();
+        return "\"" + text + "\" is not a whole number in [" +
+               std::to_string(std::numeric_limits<Integer>::min()) + ", " +
+               std::to_string(std::numeric_limits<Integer>::max()) + "]";
+      },
+      "");
+}
+
+/// @throws UsageError "flag: must be in [low, high], got value" unless low <= value <= high.
+template <class Integer>
+void check_range(const char* flag, Integer value, Integer low, Integer high) {
+  if (value < low || value > high) {
+    throw UsageError(std::string(flag) + ": must be in [" + std::to_string(low) + ", " +
+                     std::to_string(high) + "], got " + std::to_string(value));
+  }
+}
+
+/// value >= low (> low unless `inclusive`), value < high, and finite: NaN fails every
+/// comparison. @throws UsageError naming the flag otherwise.
+inline void check_real(const char* flag, double value, double low, bool inclusive,
+                       double high = HUGE_VAL) {
+  if ((inclusive ? value >= low : value > low) && value < high) return;
+  char text[160];
+  if (high < HUGE_VAL) {
+    std::snprintf(text, sizeof text, "%s: must be in [%g, %g), got %g", flag, low, high, value);
+  } else {
+    std::snprintf(text, sizeof text, "%s: must be a finite number %s %g, got %g", flag,
+                  inclusive ? ">=" : ">", low, value);
+  }
+  throw UsageError(text);
+}
 
 /// Parses argv into `app`'s options. Returns the status to exit with right away — 0 after --help
 /// has been printed, kExitBadInput after a parse error, printed with the program's name — or
@@ -90,6 +135,9 @@ class OutputFile {
   }
 
   bool enabled() const { return !path_.empty() && path_ != "none"; }
+  /// Records that another writer (an atomic save that renames its file over this path) wrote
+  /// the file, so that it is kept.
+  void written_elsewhere() { written_ = true; }
   const std::string& path() const { return path_; }
 
   /// Replaces the file's contents with `text` (nothing if not enabled()). @throws

@@ -1,0 +1,847 @@
+// train_gpt — trains a character-level GPT-2 from scratch, with dissect::GPT2Model and AdamW, on
+// the English fortunes of Debian's `fortunes` package.
+//
+//   train_gpt                                    # D 128, 4 layers, 4 heads, context 128
+//   train_gpt --steps 30 --d-model 32 --layers 2 --heads 2 --context 32 --batch 8   # seconds
+//   train_gpt --save-init init.safetensors       # the initial weights, for train_gpt_torch.py
+//
+// Data. Every plain-text fortune file in --data (default /usr/share/games/fortunes; not the .dat
+// indexes, not the .u8 links, and no subdirectory, so not the offensive ones in off/), in byte
+// order of their names, joined into one text. The "%" lines that separate fortunes are kept: the
+// model learns where a fortune ends, and a sampler can stop there. A file that does not end with
+// a "%" line gets one, so every fortune is closed. A token is a byte, and the vocabulary is the
+// sorted set of the distinct bytes of the text (114 for fortunes 1.99.1: tab, newline, printable
+// ASCII, the backspaces and bells of a few overstruck fortunes, and the bytes of a few dozen
+// UTF-8 characters, each of which therefore takes two or three tokens). The first 90 % of the
+// text (rounded down) is the training split, the rest the validation split.
+//
+// Batches. A batch is B windows of T + 1 consecutive tokens; window b starts at
+// next_u64() mod (n − T − 1) of a dissect::Generator, n being the split's length, drawn in the
+// order b = 0 … B − 1, one batch after the other. Its first T tokens are the inputs, its last T
+// the targets. Training batches come from Generator(seed + 1000); the --eval-batches validation
+// batches are drawn once, before training, from Generator(seed + 2000) over the validation
+// split, and every evaluation is the mean loss over those same batches. The model's weights come
+// from Generator(seed) (GPT-2's initialisation, N(0, 0.02²), see ModelOptions) unless --init
+// gives them.
+//
+// Optimisation. AdamW, betas (0.9, 0.95), eps 1e-8, decoupled weight decay (--weight-decay,
+// default 0.1) on the matrices only (wte, wpe, qkv, proj, up, down; not biases or LayerNorm
+// gains), as two AdamW instances over the two groups. The learning rate for step s = 0 … S − 1
+// (set before the step) rises linearly to --lr over the --warmup steps, lr·(s + 1)/warmup, then
+// follows a cosine down to lr/10 at the last step: lr/10 + (lr − lr/10)·(1 + cos(π·p))/2 with
+// p = (s − warmup + 1)/(S − warmup). No gradient clipping. train_gpt_torch.py does exactly this.
+//
+// Output. A progress line per report (every --eval-every steps and at the end): the mean
+// training loss since the previous report, the validation loss, the learning rate, training
+// tokens per second (evaluation excluded) and the time left; on a terminal the line is also
+// redrawn between reports (after a step, at most ten times a second). --svg draws the curves,
+// --curves writes them as CSV (the same format as train_gpt_torch.py's, so that --compare can
+// draw that run's validation curve beside this one's).
+//
+// Checkpoints (dissect::io, safetensors). --save-init writes the initial weights and exits
+// (train_gpt_torch.py starts from them); --init starts from a file's weights; --checkpoint
+// writes the weights after training. Tensors carry the model's state_dict names (wte.weight,
+// wpe.weight, h.0.ln_1.weight, h.0.attn.qkv.weight, …, ln_f.bias; the head is wte) in F32. The
+// "__metadata__" strings say what a sampler needs:
+//   "family"       "gpt2"
+//   "d_model", "n_layers", "n_heads", "d_ff", "vocab", "context"   decimal integers
+//   "tokenizer"    "bytes": token id i stands for one byte, vocab_bytes[i]
+//   "vocab_bytes"  a JSON array of the byte value (0 … 255) of each token id, ascending:
+//                  "[9,10,32,33,…]" (bytes, not characters: a UTF-8 character may take several)
+//   "step"         optimizer steps behind the weights ("0" for --save-init)
+//   "val_loss"     the last validation loss ("%.4f"; absent for --save-init)
+//   "seed"         --seed
+//   "producer"     "train_gpt"
+// --init refuses a file whose sizes or vocab_bytes differ from the flags' and the data's.
+//
+// Every flag is checked before any work, and the data as they are read. Exit status: 0
+// success, 2 bad input (a flag, an output path, missing or unusable data), 1 anything else
+// (training that diverges to a non-finite loss, too).
+#include <Eigen/Core>
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <map>
+#include <numbers>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>  // isatty
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "common/cli.hpp"
+#include "common/svg_plot.hpp"
+#include "dissect/config.hpp"
+#include "dissect/count.hpp"
+#include "dissect/embedding.hpp"
+#include "dissect/init.hpp"
+#include "dissect/io/safetensors.hpp"
+#include "dissect/io/state_dict.hpp"
+#include "dissect/loss.hpp"
+#include "dissect/models/decoder_model.hpp"
+#include "dissect/optim.hpp"
+#include "dissect/shape.hpp"
+#include "dissect/tensor.hpp"
+
+namespace {
+
+using dissect::index_t;
+using dissect::examples::check_range;
+using dissect::examples::check_real;
+using dissect::examples::UsageError;
+using dissect::examples::whole_number;
+using Clock = std::chrono::steady_clock;
+using Model = dissect::GPT2Model<float>;
+
+constexpr const char* kDefaultData = "/usr/share/games/fortunes";
+constexpr const char* kPackage = "fortunes";
+
+// ---- flags --------------------------------------------------------------------------------------
+
+// Limits that keep a typo from asking for days of work or more memory than a desktop has.
+constexpr index_t kMaxSteps = 10'000'000;
+constexpr index_t kMaxBatch = 4096;
+constexpr index_t kMaxContext = 8192;
+constexpr index_t kMaxWidth = 16384;
+constexpr index_t kMaxLayers = 256;
+constexpr index_t kMaxEvalBatches = 10000;
+constexpr index_t kMaxModelBytes = index_t{1} << 32;
+constexpr int kMaxThreads = 1024;
+
+struct Flags {
+  index_t steps = 1000;
+  index_t batch = 16;
+  index_t context = 128;
+  index_t d_model = 128;
+  index_t layers = 4;
+  index_t heads = 4;
+  double lr = 3e-3;
+  double weight_decay = 0.1;
+  std::optional<index_t> warmup;  // default: min(100, steps / 10)
+  index_t eval_every = 100;
+  index_t eval_batches = 8;
+  std::uint64_t seed = 0;
+  int threads = 0;  // 0: leave Eigen's and OpenMP's defaults
+  std::string data = kDefaultData;
+  std::string svg = "train_gpt.svg";
+  std::string curves = "none";
+  std::string compare = "";
+  std::string checkpoint = "none";
+  std::string init = "";
+  std::string save_init = "none";
+};
+
+/// Declares every flag on `app`, parsed into `flags`; validate() then checks them.
+void add_flags(CLI::App& app, Flags& flags) {
+  std::string group;
+  const auto option = [&](const char* name, auto& value, const char* metavar,
+                          const std::string& help) {
+    CLI::Option* added = app.add_option(name, value, help)->type_name(metavar)->group(group);
+    using Value = std::remove_reference_t<decltype(value)>;
+    if constexpr (std::is_integral_v<Value>) added->check(whole_number<Value>());
+    if constexpr (std::is_same_v<Value, std::optional<index_t>>) {
+      added->check(whole_number<index_t>());
+    }
+  };
+
+  group = "Model";
+  option("--d-model", flags.d_model, "D", "model width D, 1 to 16384 (default 128); F = 4·D");
+  option("--layers", flags.layers, "L", "decoder layers, 1 to 256 (default 4)");
+  option("--heads", flags.heads, "H", "attention heads, dividing D (default 4)");
+  option("--context", flags.context, "T",
+         "tokens per training window and the model's context, 1 to 8192 (default 128)");
+
+  group = "Optimisation";
+  option("--steps", flags.steps, "N", "optimizer steps, 1 to 10,000,000 (default 1000)");
+  option("--batch", flags.batch, "B", "windows per batch, 1 to 4096 (default 16)");
+  option("--lr", flags.lr, "X", "peak learning rate, finite and > 0 (default 3e-3)");
+  option("--warmup", flags.warmup, "N",
+         "steps of linear warm-up, 0 to --steps (default min(100, --steps / 10)); then a cosine "
+         "down to lr/10");
+  option("--weight-decay", flags.weight_decay, "X",
+         "AdamW's decoupled weight decay on the matrices, >= 0 (default 0.1)");
+  option("--seed", flags.seed, "S",
+         "weights from dissect::Generator(S), training batches from Generator(S + 1000), "
+         "validation batches from Generator(S + 2000) (default 0)");
+
+  group = "Checkpoints";
+  option("--checkpoint", flags.checkpoint, "PATH",
+         "write the trained weights here (.safetensors), checked before training (default "
+         "none)");
+  option("--init", flags.init, "PATH",
+         "start from the weights of this .safetensors file (train_gpt's) instead of "
+         "Generator(seed)'s");
+  option("--save-init", flags.save_init, "PATH",
+         "write the initial weights here (.safetensors) and exit: train_gpt_torch.py --init "
+         "reads them");
+
+  group = "Evaluation";
+  option("--eval-every", flags.eval_every, "N",
+         "steps between validation losses and report lines, 1 to 10,000,000 (default 100)");
+  option("--eval-batches", flags.eval_batches, "N",
+         "validation batches (of --batch windows) per evaluation, 1 to 10000 (default 8)");
+
+  group = "Data, output and machine";
+  option("--data", flags.data, "DIR",
+         std::string("directory of the fortune files (default ") + kDefaultData + ")");
+  option("--svg", flags.svg, "PATH",
+         "where the curves are drawn, checked before training (default train_gpt.svg; \"none\" "
+         "to skip)");
+  option("--curves", flags.curves, "PATH",
+         "CSV of the curves, one row per step: step,lr,train_loss,val_loss (default none)");
+  option("--compare", flags.compare, "PATH",
+         "a --curves file of another run (train_gpt_torch.py's) whose validation curve the "
+         "--svg figure shows too");
+  option("--threads", flags.threads, "N",
+         "threads for Eigen's GEMM and dissect's attention, 1 to 1024 (needs a build with "
+         "-DDISSECT_USE_OPENMP=ON)");
+  app.footer(
+      "Data: every plain fortune file of --data in name order, joined, \"%\" lines kept; a "
+      "token is a byte; first 90 % train, last 10 % validation. Batches: B windows of T + 1 "
+      "tokens at offsets next_u64() mod (n − T − 1). train_gpt_torch.py trains the same model "
+      "on the same batches. (Details at the top of examples/train_gpt.cpp.)\n\n" +
+      std::string(dissect::examples::kExitStatusHelp));
+}
+
+/// The model the flags describe (vocab filled in once the data is read).
+dissect::TransformerConfig model_config(const Flags& flags, index_t vocab) {
+  return {.d_model = flags.d_model,
+          .n_layers = flags.layers,
+          .n_heads = flags.heads,
+          .d_ff = 4 * flags.d_model,
+          .vocab = vocab,
+          .context = flags.context};
+}
+
+/// About the bytes a run holds, in int64 with overflow checks: weights, gradients and Adam's two
+/// moments; each layer's training cache (about 10·D + 3·F values a token and the attention
+/// probabilities, H·T a token) and its gradients; the logits. The vocabulary is taken at its
+/// largest, 256.
+index_t model_bytes(const Flags& flags) {
+  const std::string what = "--d-model " + std::to_string(flags.d_model) + " --layers " +
+                           std::to_string(flags.layers) + " --context " +
+                           std::to_string(flags.context) + " --batch " +
+                           std::to_string(flags.batch) + ": the model's size";
+  using dissect::checked_add;
+  using dissect::checked_mul;
+  using dissect::checked_product;
+  using dissect::checked_sum;
+  const auto config = model_config(flags, 256);
+  const index_t parameters = dissect::count_parameters(config).total;
+  const index_t D = flags.d_model, F = checked_mul(4, D, what), T = flags.context;
+  const index_t per_layer = checked_sum({checked_mul(10, D, what), checked_mul(3, F, what),
+                                         checked_product({2, flags.heads, T}, what)},
+                                        what);
+  const index_t per_token = checked_sum(
+      {checked_mul(flags.layers, per_layer, what), checked_mul(4, D, what), 2 * 256}, what);
+  const index_t tokens = checked_mul(flags.batch, T, what);
+  return checked_mul(
+      4, checked_add(checked_mul(4, parameters, what), checked_mul(tokens, per_token, what), what),
+      what);
+}
+
+/// Everything CLI11 cannot check, before any work. @throws UsageError naming the flag.
+void validate(const Flags& flags) {
+  check_range<index_t>("--steps", flags.steps, 1, kMaxSteps);
+  check_range<index_t>("--batch", flags.batch, 1, kMaxBatch);
+  check_range<index_t>("--context", flags.context, 1, kMaxContext);
+  check_range<index_t>("--d-model", flags.d_model, 1, kMaxWidth);
+  check_range<index_t>("--layers", flags.layers, 1, kMaxLayers);
+  check_range<index_t>("--heads", flags.heads, 1, flags.d_model);
+  if (flags.d_model % flags.heads != 0) {
+    throw UsageError("--heads: " + std::to_string(flags.heads) + " does not divide --d-model " +
+                     std::to_string(flags.d_model));
+  }
+  check_real("--lr", flags.lr, 0, false);
+  check_real("--weight-decay", flags.weight_decay, 0, true);
+  if (flags.warmup) check_range<index_t>("--warmup", *flags.warmup, 0, flags.steps);
+  check_range<index_t>("--eval-every", flags.eval_every, 1, kMaxSteps);
+  check_range<index_t>("--eval-batches", flags.eval_batches, 1, kMaxEvalBatches);
+  if (flags.threads != 0) check_range("--threads", flags.threads, 1, kMaxThreads);
+#ifndef _OPENMP
+  if (flags.threads > 1) {
+    throw UsageError("--threads: this build has no OpenMP; configure with -DDISSECT_USE_OPENMP=ON");
+  }
+#endif
+  index_t bytes = 0;
+  try {
+    bytes = model_bytes(flags);
+  } catch (const dissect::OverflowError& error) {
+    throw UsageError(error.what());
+  }
+  if (bytes > kMaxModelBytes) {
+    throw UsageError("--d-model " + std::to_string(flags.d_model) + " --layers " +
+                     std::to_string(flags.layers) + " --context " + std::to_string(flags.context) +
+                     " --batch " + std::to_string(flags.batch) + ": training needs about " +
+                     dissect::format_count(bytes) + " bytes, more than train_gpt's limit of " +
+                     dissect::format_count(kMaxModelBytes));
+  }
+}
+
+// ---- data ---------------------------------------------------------------------------------------
+
+/// The data directory is missing or holds no fortune file: the install hint follows.
+struct DataMissing : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+/// A fortune file that cannot be read: bad input too (exit status 2).
+struct DataError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// The corpus: the joined text, the files it came from, and its vocabulary.
+struct Corpus {
+  std::string text;
+  std::vector<std::string> files;
+  std::vector<unsigned char> vocab;  ///< token id → byte, ascending
+  std::array<index_t, 256> id_of{};  ///< byte → token id (-1: absent)
+};
+
+/// Reads the fortune files of `dir` as the header says. @throws DataMissing, or DataError
+/// naming a file that cannot be read.
+Corpus read_fortunes(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw DataMissing(dir + " is not a directory");
+  Corpus corpus;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    // Regular files only: the .u8 names are symlinks to the plain files, off/ is a directory.
+    if (!entry.is_regular_file() || entry.is_symlink()) continue;
+    if (name.ends_with(".dat") || name.ends_with(".u8") || name.starts_with(".")) continue;
+    corpus.files.push_back(name);
+  }
+  std::sort(corpus.files.begin(), corpus.files.end());
+  if (corpus.files.empty()) throw DataMissing("no fortune file in " + dir);
+  for (const std::string& name : corpus.files) {
+    const fs::path path = fs::path(dir) / name;
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) throw DataError("cannot read " + path.string());
+    if (bytes.empty()) continue;
+    if (bytes.back() != '\n') bytes += '\n';
+    if (!bytes.ends_with("\n%\n") && bytes != "%\n") bytes += "%\n";
+    corpus.text += bytes;
+  }
+  std::array<bool, 256> present{};
+  for (const char c : corpus.text) present[static_cast<unsigned char>(c)] = true;
+  corpus.id_of.fill(-1);
+  for (int byte = 0; byte < 256; ++byte) {
+    if (!present[static_cast<std::size_t>(byte)]) continue;
+    corpus.id_of[static_cast<std::size_t>(byte)] = static_cast<index_t>(corpus.vocab.size());
+    corpus.vocab.push_back(static_cast<unsigned char>(byte));
+  }
+  return corpus;
+}
+
+/// One batch: B·T input ids and the B·T targets (each input's next token), row-major.
+struct Batch {
+  std::vector<index_t> inputs, targets;
+  Batch(index_t batch, index_t context)
+      : inputs(static_cast<std::size_t>(batch * context)),
+        targets(static_cast<std::size_t>(batch * context)) {}
+};
+
+/// Fills `out` with windows of `split` at offsets next_u64() mod (n − T − 1), b = 0 … B − 1.
+void sample_batch(std::span<const index_t> split, index_t context, dissect::Generator& generator,
+                  Batch& out) {
+  const std::uint64_t range = split.size() - static_cast<std::uint64_t>(context) - 1;
+  const auto T = static_cast<std::size_t>(context);
+  for (std::size_t row = 0; row * T < out.inputs.size(); ++row) {
+    const auto offset = static_cast<std::size_t>(generator.next_u64() % range);
+    std::copy_n(split.begin() + static_cast<std::ptrdiff_t>(offset), T,
+                out.inputs.begin() + static_cast<std::ptrdiff_t>(row * T));
+    std::copy_n(split.begin() + static_cast<std::ptrdiff_t>(offset + 1), T,
+                out.targets.begin() + static_cast<std::ptrdiff_t>(row * T));
+  }
+}
+
+// ---- training -----------------------------------------------------------------------------------
+
+/// --warmup, or its default.
+index_t warmup_steps(const Flags& flags) {
+  return flags.warmup.value_or(std::min<index_t>(100, flags.steps / 10));
+}
+
+/// The learning rate of step `step` (0-based), as the header describes.
+double learning_rate(const Flags& flags, index_t step) {
+  const double peak = flags.lr;
+  const index_t warmup = warmup_steps(flags);
+  if (step < warmup) return peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  const double low = 0.1 * peak;
+  const double progress =
+      static_cast<double>(step - warmup + 1) / static_cast<double>(flags.steps - warmup);
+  return low + 0.5 * (peak - low) * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+/// The mean cross-entropy of the model over `batches` (an inference forward each).
+double evaluate(const Model& model, std::span<const Batch> batches, index_t batch,
+                index_t context) {
+  const index_t vocab = model.config().vocab;
+  double sum = 0;
+  for (const Batch& b : batches) {
+    const auto logits = model.forward(dissect::TokenBatch{b.inputs, batch, context});
+    sum += static_cast<double>(dissect::cross_entropy(
+        logits.cview().reshape(dissect::Shape<2>{-1, vocab}), std::span<const index_t>(b.targets)));
+  }
+  return sum / static_cast<double>(batches.size());
+}
+
+/// AdamW over one group of parameters: the matrices (weight decay) or the rest (none).
+struct Optimizers {
+  dissect::AdamW<float> matrices, others;
+
+  void set_lr(double lr) {
+    matrices.set_lr(lr);
+    others.set_lr(lr);
+  }
+  void step() {
+    matrices.step();
+    others.step();
+  }
+};
+
+/// The model's parameters split as weight decay needs: rank-2 tensors and the rest.
+std::pair<std::vector<dissect::ParameterRef<float>>, std::vector<dissect::ParameterRef<float>>>
+parameter_groups(Model& model) {
+  std::vector<dissect::ParameterRef<float>> matrices, others;
+  model.for_each_parameter([&](const dissect::ParameterName& name, auto value, auto grad) {
+    auto& group = dissect::rank_of<decltype(value)> == 2 ? matrices : others;
+    group.push_back(dissect::parameter(value, grad, name.str()));
+  });
+  return {std::move(matrices), std::move(others)};
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+/// "42s", "3m07s", "1h05m".
+std::string format_duration(double seconds) {
+  const auto s = static_cast<long long>(std::llround(std::max(seconds, 0.0)));
+  char text[32];
+  if (s < 60) {
+    std::snprintf(text, sizeof text, "%llds", s);
+  } else if (s < 3600) {
+    std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
+  } else {
+    std::snprintf(text, sizeof text, "%lldh%02lldm", s / 3600, s / 60 % 60);
+  }
+  return text;
+}
+
+std::string grouped(double value) {
+  return dissect::format_count(static_cast<index_t>(std::llround(value)));
+}
+
+int threads_in_use() {
+#ifdef _OPENMP
+  return Eigen::nbThreads();
+#else
+  return 1;
+#endif
+}
+
+/// The curves of a run, as --curves writes them and --compare reads them: one row per step.
+struct Curves {
+  std::vector<double> step, lr, train;  ///< steps 1 … S
+  std::vector<double> val_step, val;    ///< the evaluations, step 0 first
+};
+
+std::string curves_csv(const Curves& c) {
+  std::string out = "step,lr,train_loss,val_loss\n";
+  char row[128];
+  std::size_t v = 0;
+  if (!c.val_step.empty() && c.val_step[0] == 0) {
+    std::snprintf(row, sizeof row, "0,,,%.6f\n", c.val[0]);
+    out += row;
+    v = 1;
+  }
+  for (std::size_t i = 0; i < c.step.size(); ++i) {
+    std::snprintf(row, sizeof row, "%lld,%.6e,%.6f,", static_cast<long long>(c.step[i]), c.lr[i],
+                  c.train[i]);
+    out += row;
+    if (v < c.val_step.size() && c.val_step[v] == c.step[i]) {
+      std::snprintf(row, sizeof row, "%.6f", c.val[v++]);
+      out += row;
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+/// The validation points of a --curves file. @throws UsageError naming --compare.
+Curves read_curves(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("--compare: cannot open \"" + path + "\"");
+  std::string line;
+  std::getline(in, line);
+  if (!line.starts_with("step,lr,train_loss,val_loss")) {
+    throw UsageError("--compare: \"" + path + "\" is not a --curves file (its header is \"" + line +
+                     "\")");
+  }
+  Curves curves;
+  for (int number = 2; std::getline(in, line); ++number) {
+    const auto last = line.rfind(',');
+    if (last == std::string::npos) {
+      throw UsageError("--compare: " + path + ":" + std::to_string(number) + ": not a CSV row");
+    }
+    if (last + 1 == line.size()) continue;  // no evaluation after this step
+    try {
+      curves.val_step.push_back(std::stod(line.substr(0, line.find(','))));
+      curves.val.push_back(std::stod(line.substr(last + 1)));
+    } catch (const std::exception&) {
+      throw UsageError("--compare: " + path + ":" + std::to_string(number) + ": cannot read \"" +
+                       line + "\"");
+    }
+  }
+  return curves;
+}
+
+/// What a report line says; `val` < 0 when there is none (a redraw between reports).
+void print_progress(bool tty, bool final_line, index_t step, index_t steps, double loss, double val,
+                    double lr, double tokens_per_second, double eta_seconds) {
+  char line[256];
+  int used = std::snprintf(line, sizeof line, "step %6lld/%lld  loss %.4f",
+                           static_cast<long long>(step), static_cast<long long>(steps), loss);
+  if (val >= 0) used += std::snprintf(line + used, sizeof line - used, "  val %.4f", val);
+  std::snprintf(line + used, sizeof line - static_cast<std::size_t>(used),
+                "  lr %.2e  %s tok/s  ETA %s", lr, grouped(tokens_per_second).c_str(),
+                format_duration(eta_seconds).c_str());
+  // On a terminal "\r" returns to the line's start and the padding wipes a longer old line.
+  if (tty) std::printf("\r%-90s", line);
+  if (!tty) std::printf("%s", line);
+  if (final_line) std::printf("\n");
+  std::fflush(stdout);
+}
+
+// ---- checkpoints --------------------------------------------------------------------------------
+
+/// The "__metadata__" of the files train_gpt writes (the keys are listed at the top).
+std::map<std::string, std::string> checkpoint_metadata(const Flags& flags,
+                                                       const dissect::TransformerConfig& config,
+                                                       const Corpus& corpus, index_t step,
+                                                       std::optional<double> val_loss) {
+  std::string bytes = "[";
+  for (const unsigned char byte : corpus.vocab) {
+    bytes += (bytes.size() > 1 ? "," : "") + std::to_string(byte);
+  }
+  std::map<std::string, std::string> metadata = {{"family", "gpt2"},
+                                                 {"d_model", std::to_string(config.d_model)},
+                                                 {"n_layers", std::to_string(config.n_layers)},
+                                                 {"n_heads", std::to_string(config.n_heads)},
+                                                 {"d_ff", std::to_string(config.d_ff)},
+                                                 {"vocab", std::to_string(config.vocab)},
+                                                 {"context", std::to_string(config.context)},
+                                                 {"tokenizer", "bytes"},
+                                                 {"vocab_bytes", bytes + "]"},
+                                                 {"step", std::to_string(step)},
+                                                 {"seed", std::to_string(flags.seed)},
+                                                 {"producer", "train_gpt"}};
+  if (val_loss) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.4f", *val_loss);
+    metadata.emplace("val_loss", text);
+  }
+  return metadata;
+}
+
+/// Loads --init into `model` after checking that the file describes the same model and
+/// vocabulary. @throws UsageError naming --init for a file that cannot be read, metadata that
+/// differ, or tensors that do not fit the model (dissect::io's message).
+void load_initial_weights(Model& model, const std::string& path,
+                          const std::map<std::string, std::string>& expected) {
+  std::optional<dissect::SafetensorsFile> opened;
+  try {
+    opened.emplace(path);
+  } catch (const dissect::Error& error) {
+    throw UsageError(std::string("--init: ") + error.what());
+  }
+  const dissect::SafetensorsFile& file = *opened;
+  for (const auto& [key, value] : file.metadata()) {
+    const auto ours = expected.find(key);
+    const bool compared = key == "family" || key == "vocab_bytes" ||
+                          (ours != expected.end() && key != "step" && key != "seed" &&
+                           key != "producer" && key != "val_loss");
+    if (compared && (ours == expected.end() || ours->second != value)) {
+      throw UsageError("--init: " + path + " holds a model with " + key + " " +
+                       (key == "vocab_bytes" ? "of another vocabulary" : value) +
+                       ", the flags and data give " +
+                       (ours == expected.end() ? std::string("none")
+                        : key == "vocab_bytes" ? std::string("this data's")
+                                               : ours->second));
+    }
+  }
+  try {
+    dissect::load_state_dict(model, file);
+  } catch (const dissect::Error& error) {
+    throw UsageError(std::string("--init: ") + error.what());
+  }
+}
+
+/// The files a run writes, each opened (and so checked) before any work.
+struct Outputs {
+  dissect::examples::OutputFile figure, curves, checkpoint, save_init;
+};
+
+/// Trains as `flags` (validated) say.
+int run(const Flags& flags, Outputs& outputs) {
+  auto& figure = outputs.figure;
+  auto& curves_file = outputs.curves;
+#ifdef _OPENMP
+  if (flags.threads > 0) {
+    Eigen::setNbThreads(flags.threads);
+    omp_set_num_threads(flags.threads);  // dissect's attention and skinny products
+  }
+#endif
+  Curves compare;
+  if (!flags.compare.empty()) compare = read_curves(flags.compare);
+
+  const auto load_start = Clock::now();
+  Corpus corpus;
+  try {
+    corpus = read_fortunes(flags.data);
+  } catch (const DataMissing& missing) {
+    std::cerr << "train_gpt: " << missing.what() << "\n"
+              << "The fortunes are not installed. Install them with:\n"
+              << "  sudo apt-get install " << kPackage << "\n"
+              << "or point --data at a directory of fortune files.\n";
+    return dissect::examples::kExitBadInput;
+  }
+  std::vector<index_t> ids(corpus.text.size());
+  std::transform(corpus.text.begin(), corpus.text.end(), ids.begin(),
+                 [&](char c) { return corpus.id_of[static_cast<unsigned char>(c)]; });
+  const auto n = static_cast<index_t>(ids.size());
+  const index_t n_train = n * 9 / 10;  // n < 2^60: no overflow
+  const std::span<const index_t> train(ids.data(), static_cast<std::size_t>(n_train));
+  const std::span<const index_t> valid(ids.data() + n_train, static_cast<std::size_t>(n - n_train));
+  const double load_seconds = seconds_since(load_start);
+  const index_t T = flags.context, B = flags.batch;
+  if (static_cast<index_t>(valid.size()) < T + 2) {
+    throw UsageError("--context: " + std::to_string(T) + " needs splits of at least " +
+                     std::to_string(T + 2) + " characters; the validation split of " + flags.data +
+                     " has " + std::to_string(valid.size()));
+  }
+
+  const auto vocab = static_cast<index_t>(corpus.vocab.size());
+  const auto config = model_config(flags, vocab);
+  Model model(config, {.seed = flags.seed});
+  if (!flags.init.empty()) {
+    load_initial_weights(model, flags.init,
+                         checkpoint_metadata(flags, config, corpus, 0, std::nullopt));
+  }
+
+  std::printf(
+      "train_gpt: GPT-2 D %lld, L %lld, H %lld, F %lld, context %lld, vocabulary %lld "
+      "(tied head): %s parameters (12·D²·L = %s)\n",
+      static_cast<long long>(config.d_model), static_cast<long long>(config.n_layers),
+      static_cast<long long>(config.n_heads), static_cast<long long>(config.d_ff),
+      static_cast<long long>(config.context), static_cast<long long>(vocab),
+      dissect::format_count(model.parameter_count()).c_str(),
+      dissect::format_count(12 * config.d_model * config.d_model * config.n_layers).c_str());
+  std::printf(
+      "  data: %s bytes of %zu fortune files in %s (read in %.2f s): %s train, %s "
+      "validation\n",
+      dissect::format_count(n).c_str(), corpus.files.size(), flags.data.c_str(), load_seconds,
+      dissect::format_count(n_train).c_str(), dissect::format_count(n - n_train).c_str());
+  std::printf(
+      "  weights %s; AdamW lr %g (warm-up %lld steps, cosine to %g), betas (0.9, 0.95), weight "
+      "decay "
+      "%g on matrices; batch %lld × %lld tokens, %lld steps, seed %llu\n",
+      flags.init.empty() ? "from --seed" : ("from " + flags.init).c_str(), flags.lr,
+      static_cast<long long>(warmup_steps(flags)), 0.1 * flags.lr, flags.weight_decay,
+      static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(flags.steps),
+      static_cast<unsigned long long>(flags.seed));
+  std::printf("  Eigen %d.%d.%d, SIMD %s, %d thread(s)\n", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION,
+              EIGEN_MINOR_VERSION, Eigen::SimdInstructionSetsInUse(), threads_in_use());
+
+  if (outputs.save_init.enabled()) {
+    dissect::save_module(outputs.save_init.path(), model,
+                         checkpoint_metadata(flags, config, corpus, 0, std::nullopt));
+    outputs.save_init.written_elsewhere();
+    std::cout << "wrote the initial weights to " << outputs.save_init.path() << "\n";
+    return 0;
+  }
+
+  auto [matrices, others] = parameter_groups(model);
+  const double decay = flags.weight_decay;
+  Optimizers optimizers{
+      dissect::AdamW<float>(
+          std::move(matrices),
+          {.lr = flags.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = decay}),
+      dissect::AdamW<float>(
+          std::move(others),
+          {.lr = flags.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0})};
+
+  std::vector<Batch> valid_batches;
+  dissect::Generator valid_generator(flags.seed + 2000);
+  for (index_t i = 0; i < flags.eval_batches; ++i) {
+    sample_batch(valid, T, valid_generator, valid_batches.emplace_back(B, T));
+  }
+  dissect::Generator train_generator(flags.seed + 1000);
+  Batch batch(B, T);
+  Model::Cache cache;
+
+  const bool tty = isatty(fileno(stdout)) == 1;
+  Curves curves;
+  curves.val_step.push_back(0);
+  curves.val.push_back(evaluate(model, valid_batches, B, T));
+  std::printf("step %6d/%lld  val %.4f  (before training)\n", 0,
+              static_cast<long long>(flags.steps), curves.val.back());
+  std::fflush(stdout);
+
+  const auto start = Clock::now();
+  auto last_redraw = start;
+  double train_seconds = 0, interval_seconds = 0, interval_loss = 0;
+  index_t interval_steps = 0;
+  for (index_t step = 0; step < flags.steps; ++step) {
+    const auto step_start = Clock::now();
+    sample_batch(train, T, train_generator, batch);
+    const double lr = learning_rate(flags, step);
+    optimizers.set_lr(lr);
+    model.zero_grad();
+    const float loss =
+        model.loss_and_backward(dissect::TokenBatch{batch.inputs, B, T}, batch.targets, cache);
+    if (!std::isfinite(loss)) {
+      if (tty) std::printf("\n");
+      throw std::runtime_error("training diverged: the loss of step " + std::to_string(step + 1) +
+                               " is " + std::to_string(loss) + " (try a lower --lr)");
+    }
+    optimizers.step();
+    const double seconds = seconds_since(step_start);
+    train_seconds += seconds;
+    interval_seconds += seconds;
+    interval_loss += loss;
+    ++interval_steps;
+    curves.step.push_back(static_cast<double>(step + 1));
+    curves.lr.push_back(lr);
+    curves.train.push_back(loss);
+
+    const index_t done = step + 1;
+    const bool report = done % flags.eval_every == 0 || done == flags.steps;
+    const double tokens_per_second =
+        static_cast<double>(interval_steps * B * T) / std::max(interval_seconds, 1e-9);
+    double val = -1;
+    if (report) {
+      val = evaluate(model, valid_batches, B, T);
+      curves.val_step.push_back(static_cast<double>(done));
+      curves.val.push_back(val);
+    }
+    const double eta =
+        seconds_since(start) / static_cast<double>(done) * static_cast<double>(flags.steps - done);
+    // A terminal's line is redrawn at most ten times a second: tiny models take microseconds a
+    // step.
+    const bool redraw = tty && seconds_since(last_redraw) >= 0.1;
+    if (redraw) last_redraw = Clock::now();
+    if (report || redraw) {
+      print_progress(tty, report, done, flags.steps,
+                     interval_loss / static_cast<double>(interval_steps), val, lr,
+                     tokens_per_second, eta);
+    }
+    if (report) interval_loss = 0, interval_steps = 0, interval_seconds = 0;
+  }
+  const double total_seconds = seconds_since(start);
+  const index_t last = std::min(flags.steps, flags.eval_every);
+  double last_mean = 0;
+  for (index_t i = flags.steps - last; i < flags.steps; ++i)
+    last_mean += curves.train[static_cast<std::size_t>(i)];
+  last_mean /= static_cast<double>(last);
+  std::printf(
+      "final: train loss %.4f (mean of the last %lld steps), val loss %.4f; %lld steps in "
+      "%.1f s, training %.1f s = %s tok/s\n",
+      last_mean, static_cast<long long>(last), curves.val.back(),
+      static_cast<long long>(flags.steps), total_seconds, train_seconds,
+      grouped(static_cast<double>(flags.steps * B * T) / train_seconds).c_str());
+
+  if (outputs.checkpoint.enabled()) {
+    dissect::save_module(
+        outputs.checkpoint.path(), model,
+        checkpoint_metadata(flags, config, corpus, flags.steps, curves.val.back()));
+    outputs.checkpoint.written_elsewhere();
+    std::cout << "wrote " << outputs.checkpoint.path() << "\n";
+  }
+  if (curves_file.enabled()) {
+    curves_file.write(curves_csv(curves));
+    std::cout << "wrote " << curves_file.path() << "\n";
+  }
+  if (figure.enabled()) {
+    namespace ex = dissect::examples;
+    // The training loss per step is noisy; its mean over each report interval is drawn on top,
+    // at the interval's middle (steps from + 1 … to).
+    std::vector<double> mean_step, mean_loss;
+    for (std::size_t i = 1; i < curves.val_step.size(); ++i) {
+      const auto from = static_cast<std::size_t>(curves.val_step[i - 1]);
+      const auto to = static_cast<std::size_t>(curves.val_step[i]);
+      double sum = 0;
+      for (std::size_t k = from; k < to; ++k) sum += curves.train[k];
+      mean_step.push_back(0.5 * (curves.val_step[i - 1] + 1 + curves.val_step[i]));
+      mean_loss.push_back(sum / static_cast<double>(to - from));
+    }
+    std::vector<ex::Series> loss_series = {
+        ex::line(curves.step, curves.train,
+                 {.label = "train (per step)", .color = "#aec7e8", .width = 1}),
+        ex::line(mean_step, mean_loss, {.label = "train (interval mean)", .color = "#1f77b4"}),
+        ex::line(curves.val_step, curves.val, {.label = "validation", .color = "#ff7f0e"})};
+    if (!compare.val.empty()) {
+      loss_series.push_back(ex::line(
+          compare.val_step, compare.val,
+          {.label = "validation, " + std::filesystem::path(flags.compare).filename().string(),
+           .color = "#d62728",
+           .dash = "6 3"}));
+    }
+    const std::vector<ex::Panel> panels = {
+        {.title = "cross-entropy loss (nats per byte)",
+         .xlabel = "step",
+         .ylabel = "loss",
+         .series = std::move(loss_series)},
+        {.title = "learning rate",
+         .xlabel = "step",
+         .ylabel = "lr",
+         .series = {ex::line(curves.step, curves.lr, {.color = "#2ca02c"})}}};
+    char title[160];
+    std::snprintf(title, sizeof title,
+                  "train_gpt: GPT-2 D %lld, L %lld, H %lld, context %lld on Debian's fortunes",
+                  static_cast<long long>(flags.d_model), static_cast<long long>(flags.layers),
+                  static_cast<long long>(flags.heads), static_cast<long long>(flags.context));
+    figure.write(ex::svg(panels, 1000, 420, title));
+    std::cout << "wrote " << figure.path() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace ex = dissect::examples;
+  CLI::App app("train_gpt — train a character-level GPT-2 of dissect on Debian's fortunes",
+               "train_gpt");
+  Flags flags;
+  add_flags(app, flags);
+  if (const auto status = ex::parse_command_line(app, argc, argv)) return *status;
+  // An unreadable data file and a configuration or file the library refuses are bad input too
+  // (status 2).
+  return ex::run_program<DataError, dissect::Error>("train_gpt", [&] {
+    validate(flags);
+    // Bad paths fail now, not after training.
+    Outputs outputs{ex::OutputFile("--svg", flags.svg), ex::OutputFile("--curves", flags.curves),
+                    ex::OutputFile("--checkpoint", flags.checkpoint),
+                    ex::OutputFile("--save-init", flags.save_init)};
+    return run(flags, outputs);
+  });
+}
