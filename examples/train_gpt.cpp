@@ -42,17 +42,18 @@
 // (train_gpt_torch.py starts from them); --init starts from a file's weights; --checkpoint
 // writes the weights after training. Tensors carry the model's state_dict names (wte.weight,
 // wpe.weight, h.0.ln_1.weight, h.0.attn.qkv.weight, …, ln_f.bias; the head is wte) in F32. The
-// "__metadata__" strings say what a sampler needs:
-//   "family"       "gpt2"
-//   "d_model", "n_layers", "n_heads", "d_ff", "vocab", "context"   decimal integers
-//   "tokenizer"    "bytes": token id i stands for one byte, vocab_bytes[i]
-//   "vocab_bytes"  a JSON array of the byte value (0 … 255) of each token id, ascending:
-//                  "[9,10,32,33,…]" (bytes, not characters: a UTF-8 character may take several)
+// files are dissect::save_model's, so their "__metadata__" strings say what a sampler needs
+// (dissect generate reads them):
+//   "dissect.family"       "gpt2"
+//   "dissect.config"       the TransformerConfig as JSON (io/model_file.hpp)
+//   "dissect.tokenizer"    "bytes": token id i stands for one byte, dissect.vocab_bytes[i]
+//   "dissect.vocab_bytes"  a JSON array of the byte value (0 … 255) of each token id, ascending:
+//                          "[9,10,32,…]" (bytes, not characters: a UTF-8 character takes several)
 //   "step"         optimizer steps behind the weights ("0" for --save-init)
 //   "val_loss"     the last validation loss ("%.4f"; absent for --save-init)
 //   "seed"         --seed
 //   "producer"     "train_gpt"
-// --init refuses a file whose sizes or vocab_bytes differ from the flags' and the data's.
+// --init refuses a file whose config or vocabulary differ from the flags' and the data's.
 //
 // Every flag is checked before any work, and the data as they are read. Exit status: 0
 // success, 2 bad input (a flag, an output path, missing or unusable data), 1 anything else
@@ -85,6 +86,7 @@
 #include <omp.h>
 #endif
 
+#include <nlohmann/json.hpp>
 #include "common/cli.hpp"
 #include "common/svg_plot.hpp"
 #include "dissect/config.hpp"
@@ -92,6 +94,8 @@
 #include "dissect/embedding.hpp"
 #include "dissect/init.hpp"
 #include "dissect/io/safetensors.hpp"
+
+#include "dissect/io/model_file.hpp"
 #include "dissect/io/state_dict.hpp"
 #include "dissect/loss.hpp"
 #include "dissect/models/decoder_model.hpp"
@@ -542,18 +546,12 @@ std::map<std::string, std::string> checkpoint_metadata(const Flags& flags,
   for (const unsigned char byte : corpus.vocab) {
     bytes += (bytes.size() > 1 ? "," : "") + std::to_string(byte);
   }
-  std::map<std::string, std::string> metadata = {{"family", "gpt2"},
-                                                 {"d_model", std::to_string(config.d_model)},
-                                                 {"n_layers", std::to_string(config.n_layers)},
-                                                 {"n_heads", std::to_string(config.n_heads)},
-                                                 {"d_ff", std::to_string(config.d_ff)},
-                                                 {"vocab", std::to_string(config.vocab)},
-                                                 {"context", std::to_string(config.context)},
-                                                 {"tokenizer", "bytes"},
-                                                 {"vocab_bytes", bytes + "]"},
-                                                 {"step", std::to_string(step)},
-                                                 {"seed", std::to_string(flags.seed)},
-                                                 {"producer", "train_gpt"}};
+  // The family and config as save_model writes them, so --init can compare them too.
+  std::map<std::string, std::string> metadata = {
+      {dissect::family_key, "gpt2"},  {dissect::config_key, dissect::config_to_json(config).dump()},
+      {"dissect.tokenizer", "bytes"}, {"dissect.vocab_bytes", bytes + "]"},
+      {"step", std::to_string(step)}, {"seed", std::to_string(flags.seed)},
+      {"producer", "train_gpt"}};
   if (val_loss) {
     char text[32];
     std::snprintf(text, sizeof text, "%.4f", *val_loss);
@@ -576,16 +574,28 @@ void load_initial_weights(Model& model, const std::string& path,
   const dissect::SafetensorsFile& file = *opened;
   for (const auto& [key, value] : file.metadata()) {
     const auto ours = expected.find(key);
-    const bool compared = key == "family" || key == "vocab_bytes" ||
+    const bool compared = key == dissect::family_key || key == "dissect.vocab_bytes" ||
                           (ours != expected.end() && key != "step" && key != "seed" &&
                            key != "producer" && key != "val_loss");
+    if (compared && ours != expected.end() && key == dissect::config_key && ours->second != value) {
+      // Name the first field that differs, not two JSON texts.
+      const auto theirs_json = nlohmann::json::parse(value, nullptr, false);
+      const auto ours_json = nlohmann::json::parse(ours->second);
+      for (const auto& [field, wanted] : ours_json.items()) {
+        const auto found = theirs_json.is_object() ? theirs_json.find(field) : theirs_json.end();
+        if (theirs_json.is_object() && found != theirs_json.end() && *found == wanted) continue;
+        throw UsageError("--init: " + path + " holds a model with " + field + " " +
+                         (found == theirs_json.end() ? std::string("unset") : found->dump()) +
+                         ", the flags and data give " + wanted.dump());
+      }
+    }
     if (compared && (ours == expected.end() || ours->second != value)) {
       throw UsageError("--init: " + path + " holds a model with " + key + " " +
-                       (key == "vocab_bytes" ? "of another vocabulary" : value) +
+                       (key == "dissect.vocab_bytes" ? "of another vocabulary" : value) +
                        ", the flags and data give " +
-                       (ours == expected.end() ? std::string("none")
-                        : key == "vocab_bytes" ? std::string("this data's")
-                                               : ours->second));
+                       (ours == expected.end()         ? std::string("none")
+                        : key == "dissect.vocab_bytes" ? std::string("this data's")
+                                                       : ours->second));
     }
   }
   try {
@@ -672,8 +682,8 @@ int run(const Flags& flags, Outputs& outputs) {
               EIGEN_MINOR_VERSION, Eigen::SimdInstructionSetsInUse(), threads_in_use());
 
   if (outputs.save_init.enabled()) {
-    dissect::save_module(outputs.save_init.path(), model,
-                         checkpoint_metadata(flags, config, corpus, 0, std::nullopt));
+    dissect::save_model(outputs.save_init.path(), model,
+                        checkpoint_metadata(flags, config, corpus, 0, std::nullopt));
     outputs.save_init.written_elsewhere();
     std::cout << "wrote the initial weights to " << outputs.save_init.path() << "\n";
     return 0;
@@ -770,9 +780,8 @@ int run(const Flags& flags, Outputs& outputs) {
       grouped(static_cast<double>(flags.steps * B * T) / train_seconds).c_str());
 
   if (outputs.checkpoint.enabled()) {
-    dissect::save_module(
-        outputs.checkpoint.path(), model,
-        checkpoint_metadata(flags, config, corpus, flags.steps, curves.val.back()));
+    dissect::save_model(outputs.checkpoint.path(), model,
+                        checkpoint_metadata(flags, config, corpus, flags.steps, curves.val.back()));
     outputs.checkpoint.written_elsewhere();
     std::cout << "wrote " << outputs.checkpoint.path() << "\n";
   }

@@ -301,13 +301,14 @@ def main(argv=None):
     config = {"d_model": args.d_model, "n_layers": args.layers, "n_heads": args.heads,
               "d_ff": 4 * args.d_model, "vocab": len(vocab), "context": T}
     tensors, metadata = read_safetensors(args.init)
-    # The file must describe this very model and vocabulary (train_gpt --save-init's keys).
+    # The file must describe this very model and vocabulary (dissect's save_model keys).
+    saved = json.loads(metadata.get("dissect.config", "{}"))
     for key, value in config.items():
-        if key in metadata and metadata[key] != str(value):
-            print(f"train_gpt_torch: --init {args.init}: {key} is {metadata[key]}, the flags "
+        if key in saved and saved[key] != value:
+            print(f"train_gpt_torch: --init {args.init}: {key} is {saved[key]}, the flags "
                   f"and data give {value}", file=sys.stderr)
             return 2
-    if "vocab_bytes" in metadata and json.loads(metadata["vocab_bytes"]) != vocab:
+    if "dissect.vocab_bytes" in metadata and json.loads(metadata["dissect.vocab_bytes"]) != vocab:
         print(f"train_gpt_torch: --init {args.init}: its vocab_bytes differ from the data's",
               file=sys.stderr)
         return 2

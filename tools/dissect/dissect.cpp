@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
@@ -44,9 +45,9 @@ constexpr int exit_ok = 0;
 constexpr int exit_other = 1;
 constexpr int exit_bad_input = 2;
 
-/// The metadata key under which a trained model keeps its character vocabulary: the characters
-/// of ids 0, 1, … as one UTF-8 string (examples/train_gpt writes it).
-constexpr const char* vocab_key = "dissect.vocab_chars";
+/// The metadata key under which a byte-level model (examples/train_gpt) keeps its vocabulary:
+/// a JSON array of the byte value of token ids 0, 1, …
+constexpr const char* vocab_key = "dissect.vocab_bytes";
 
 // ---- a checkpoint and what it says about its model ----------------------------------------------
 
@@ -361,46 +362,49 @@ struct GenerateOptions {
   std::uint64_t seed = 0;
 };
 
-/// A character vocabulary: id i is the i-th character (UTF-8) of the metadata string.
-struct CharVocab {
-  std::vector<std::string> chars;
+/// A byte vocabulary: token id i stands for the byte bytes[i].
+struct ByteVocab {
+  std::vector<unsigned char> bytes;
+  std::array<index_t, 256> id_of{};  ///< −1: not in the vocabulary
 
-  static std::optional<CharVocab> of(const dissect::Checkpoint& checkpoint) {
+  static std::optional<ByteVocab> of(const dissect::Checkpoint& checkpoint) {
     const auto found = checkpoint.metadata().find(vocab_key);
     if (found == checkpoint.metadata().end()) return std::nullopt;
-    CharVocab vocab;
-    const std::string& text = found->second;
-    for (std::size_t i = 0; i < text.size();) {
-      std::size_t length = 1;
-      const auto lead = static_cast<unsigned char>(text[i]);
-      if (lead >= 0xF0)
-        length = 4;
-      else if (lead >= 0xE0)
-        length = 3;
-      else if (lead >= 0xC0)
-        length = 2;
-      vocab.chars.push_back(text.substr(i, length));
-      i += length;
+    const auto bad = [&] {
+      return dissect::FormatError(
+          dissect::detail::concat(checkpoint.path().string(), ": metadata \"", vocab_key,
+                                  "\" must be a JSON array of distinct byte values 0 … 255"));
+    };
+    nlohmann::json json;
+    try {
+      json = nlohmann::json::parse(found->second);
+    } catch (const nlohmann::json::exception&) {
+      throw bad();
+    }
+    if (!json.is_array()) throw bad();
+    ByteVocab vocab;
+    vocab.id_of.fill(-1);
+    for (const auto& value : json) {
+      if (!value.is_number_integer() || value.get<int>() < 0 || value.get<int>() > 255 ||
+          vocab.id_of[value.get<std::size_t>()] >= 0) {
+        throw bad();
+      }
+      vocab.id_of[value.get<std::size_t>()] = static_cast<index_t>(vocab.bytes.size());
+      vocab.bytes.push_back(static_cast<unsigned char>(value.get<int>()));
     }
     return vocab;
   }
 
   std::vector<index_t> encode(const std::string& text) const {
     std::vector<index_t> ids;
-    for (std::size_t i = 0; i < text.size();) {
-      bool found = false;
-      for (std::size_t id = 0; id < chars.size(); ++id) {
-        if (text.compare(i, chars[id].size(), chars[id]) == 0) {
-          ids.push_back(static_cast<index_t>(id));
-          i += chars[id].size();
-          found = true;
-          break;
-        }
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      const index_t id = id_of[static_cast<unsigned char>(text[i])];
+      if (id < 0) {
+        throw dissect::ConfigError(dissect::detail::concat(
+            "--prompt: byte ", i, " (", static_cast<int>(static_cast<unsigned char>(text[i])),
+            ") is not in the model's vocabulary"));
       }
-      if (!found) {
-        throw dissect::ConfigError(dissect::detail::concat("--prompt: the character at byte ", i,
-                                                           " is not in the model's vocabulary"));
-      }
+      ids.push_back(id);
     }
     return ids;
   }
@@ -427,7 +431,7 @@ int run_generation(const Source& source, const GenerateOptions& o) {
   } else {
     dissect::load_state_dict(model, source.checkpoint);
   }
-  const auto vocab = CharVocab::of(source.checkpoint);
+  const auto vocab = ByteVocab::of(source.checkpoint);
   std::vector<index_t> prompt;
   if (o.prompt) {
     if (!vocab) {
@@ -447,8 +451,8 @@ int run_generation(const Source& source, const GenerateOptions& o) {
       .sampling = {.temperature = o.temperature, .top_k = o.top_k},
       .seed = o.seed};
   const auto stats = dissect::generate(model, prompt, options, [&](index_t id) {
-    if (vocab && id < static_cast<index_t>(vocab->chars.size())) {
-      std::cout << vocab->chars[static_cast<std::size_t>(id)];
+    if (vocab && id < static_cast<index_t>(vocab->bytes.size())) {
+      std::cout << static_cast<char>(vocab->bytes[static_cast<std::size_t>(id)]);
     } else {
       std::cout << ',' << id;
     }
