@@ -247,21 +247,26 @@ Tensor<scalar_of<Q>, 4> causal_attention(const Q& q, const K& k, const V& v,
   auto out = Tensor<Scalar, 4>::uninitialized(qv.shape());
   const auto qh = detail::heads_of(qv), kh = detail::heads_of(kv), vh = detail::heads_of(vv);
   const auto oh = detail::heads_of(out.view()), ph = detail::heads_of(probs);
-  for (index_t b = 0; b < batch; ++b) {
-    for (index_t h = 0; h < heads; ++h) {
-      auto p = ph.head(b, h);
-      p.noalias() = qh.head(b, h) * kh.head(b, h / group).transpose();
-      for (index_t t = 0; t < tokens; ++t) {
-        // Row t sees keys [0, offset + t]; the masked rest is exactly 0 after the softmax.
-        const index_t visible = offset + t + 1;
-        auto row = p.row(t).head(visible);
-        row *= scale;
-        row = (row.array() - row.maxCoeff()).exp().matrix();
-        row /= row.sum();
-        p.row(t).tail(keys - visible).setZero();
-      }
-      oh.head(b, h).noalias() = p * vh.head(b, h / group);
+  // Heads are independent: with OpenMP each thread takes whole heads, and the products inside
+  // run single-threaded (Eigen does not nest), instead of every small GEMM forking the team.
+  const index_t pairs = batch * heads;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (pairs > 1 && !omp_in_parallel())
+#endif
+  for (index_t pair = 0; pair < pairs; ++pair) {
+    const index_t b = pair / heads, h = pair % heads;
+    auto p = ph.head(b, h);
+    p.noalias() = qh.head(b, h) * kh.head(b, h / group).transpose();
+    for (index_t t = 0; t < tokens; ++t) {
+      // Row t sees keys [0, offset + t]; the masked rest is exactly 0 after the softmax.
+      const index_t visible = offset + t + 1;
+      auto row = p.row(t).head(visible);
+      row *= scale;
+      row = (row.array() - row.maxCoeff()).exp().matrix();
+      row /= row.sum();
+      p.row(t).tail(keys - visible).setZero();
     }
+    oh.head(b, h).noalias() = p * vh.head(b, h / group);
   }
   return out;
 }
@@ -295,18 +300,31 @@ QKV<scalar_of<Q>> causal_attention_backward(const Q& q, const K& k, const V& v,
   const auto doh = detail::heads_of(dov), ph = detail::heads_of(cache.probs.cview());
   const auto dqh = detail::heads_of(grads.q.view()), dkh = detail::heads_of(grads.k.view()),
              dvh = detail::heads_of(grads.v.view());
-  RowMatrix<Scalar> d_scores(tokens, keys);  // one head's dP, then dS, reused for every head
-  for (index_t b = 0; b < batch; ++b) {
-    for (index_t h = 0; h < heads; ++h) {
-      const auto p = ph.head(b, h);
-      const auto d_out = doh.head(b, h);
-      dvh.head(b, h / group).noalias() += p.transpose() * d_out;
-      d_scores.noalias() = d_out * vh.head(b, h / group).transpose();
-      // Softmax backward row by row: dS = P ⊙ (dP − Σ_j dP·P) (masked P = 0 gives dS = 0).
-      const Eigen::Matrix<Scalar, Eigen::Dynamic, 1> dot = d_scores.cwiseProduct(p).rowwise().sum();
-      d_scores = p.cwiseProduct((d_scores.colwise() - dot)) * scale;
-      dqh.head(b, h).noalias() = d_scores * kh.head(b, h / group);
-      dkh.head(b, h / group).noalias() += d_scores.transpose() * qh.head(b, h);
+  // A thread takes a whole (b, KV head) group: its query heads all add into the same dk and dv,
+  // which no other thread touches.
+  const index_t kv_heads = kv.dim(1), groups = batch * kv_heads;
+#ifdef _OPENMP
+#pragma omp parallel if (groups > 1 && !omp_in_parallel())
+#endif
+  {
+    RowMatrix<Scalar> d_scores(tokens, keys);  // one head's dP, then dS: once per thread
+    Eigen::Matrix<Scalar, Eigen::Dynamic, 1> dot(tokens);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (index_t pair = 0; pair < groups; ++pair) {
+      const index_t b = pair / kv_heads, g = pair % kv_heads;
+      for (index_t h = g * group; h < (g + 1) * group; ++h) {
+        const auto p = ph.head(b, h);
+        const auto d_out = doh.head(b, h);
+        dvh.head(b, g).noalias() += p.transpose() * d_out;
+        d_scores.noalias() = d_out * vh.head(b, g).transpose();
+        // Softmax backward row by row: dS = P ⊙ (dP − Σ_j dP·P) (masked P = 0 gives dS = 0).
+        dot.noalias() = d_scores.cwiseProduct(p).rowwise().sum();
+        d_scores = p.cwiseProduct(d_scores.colwise() - dot) * scale;
+        dqh.head(b, h).noalias() = d_scores * kh.head(b, g);
+        dkh.head(b, g).noalias() += d_scores.transpose() * qh.head(b, h);
+      }
     }
   }
   return grads;
