@@ -76,6 +76,21 @@ TEST(KVCache, WritesLandWhereAttentionReadsThem) {
   EXPECT_EQ(cache.remaining(), 6);
 }
 
+TEST(KVCache, TruncateKeepsAPrefixAndRefusesToGrow) {
+  KVCache<float> cache(small_config(), 2, 5);
+  const Tensor<float, 4> three({2, 2, 3, 4});
+  for (index_t layer = 0; layer < 3; ++layer) cache.write(layer, three, three);
+  cache.advance(3);
+  EXPECT_THROW_WITH(cache.truncate(4), ShapeError, "KVCache::truncate: cannot keep 4");
+  EXPECT_THROW_WITH(cache.truncate(-1), ShapeError, "cannot keep -1");
+  EXPECT_EQ(cache.length(), 3);
+  cache.truncate(1);
+  EXPECT_EQ(cache.length(), 1);
+  EXPECT_EQ(cache.remaining(), 4);
+  cache.truncate(0);
+  EXPECT_EQ(cache.length(), 0);
+}
+
 TEST(KVCacheErrors, RefusedWritesAndAdvancesChangeNothing) {
   KVCache<float> cache(small_config(), 2, 5);
   const Tensor<float, 4> three({2, 2, 3, 4});
