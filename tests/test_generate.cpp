@@ -7,24 +7,14 @@
 
 #include "dissect/loss.hpp"
 #include "dissect/models/generate.hpp"
+#include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
 namespace {
 
 TransformerConfig small_llama() {
-  return {.d_model = 16,
-          .n_layers = 2,
-          .n_heads = 4,
-          .n_kv_heads = 2,
-          .d_ff = 24,
-          .vocab = 29,
-          .context = 12,
-          .tied_embeddings = false,
-          .positions = Positions::rotary,
-          .norm = Norm::rms_norm,
-          .bias = false,
-          .ffn = Ffn::gated};
+  return testing::small_llama(29);
 }
 
 TEST(Generate, GreedyWithTheCacheEqualsTheArgmaxOfFullForwards) {

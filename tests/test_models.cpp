@@ -17,6 +17,7 @@
 #include "dissect/models/decoder_model.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
+#include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
@@ -162,32 +163,9 @@ TYPED_TEST(ModelFixtures, LlamaMatchesTorchLogitsLossAndEveryGradient) {
 
 // ---- small models for the algebraic tests -------------------------------------------------------
 
-TransformerConfig small_gpt2() {
-  return {.d_model = 16, .n_layers = 2, .n_heads = 4, .d_ff = 32, .vocab = 23, .context = 12};
-}
-
-TransformerConfig small_llama() {
-  return {.d_model = 16,
-          .n_layers = 2,
-          .n_heads = 4,
-          .n_kv_heads = 2,
-          .d_ff = 24,
-          .vocab = 23,
-          .context = 12,
-          .tied_embeddings = false,
-          .positions = Positions::rotary,
-          .norm = Norm::rms_norm,
-          .bias = false,
-          .ffn = Ffn::gated};
-}
-
-std::vector<index_t> random_ids(std::size_t count, index_t vocab, std::uint64_t seed) {
-  std::mt19937_64 engine(seed);
-  std::uniform_int_distribution<index_t> pick(0, vocab - 1);
-  std::vector<index_t> ids(count);
-  for (auto& id : ids) id = pick(engine);
-  return ids;
-}
+using testing::random_ids;
+using testing::small_gpt2;
+using testing::small_llama;
 
 /// Rows [first, first + T) of every sequence of a B×S id batch.
 std::vector<index_t> slice_positions(const std::vector<index_t>& ids, index_t batch, index_t seq,

@@ -14,6 +14,7 @@
 #include "dissect/linear.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "support/io_testing.hpp"
+#include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
@@ -24,9 +25,7 @@ Mlp make_mlp(std::uint64_t seed) {
   return Mlp(Linear<float>(4, 3, {.seed = seed}), ReLU{}, Linear<float>(3, 2, {.seed = seed + 1}));
 }
 
-TransformerConfig small_gpt2() {
-  return {.d_model = 16, .n_layers = 2, .n_heads = 4, .d_ff = 32, .vocab = 23, .context = 12};
-}
+using testing::small_gpt2;
 
 /// f(name, values) for every parameter, collected in visiting order.
 template <Module M, class F>

@@ -17,6 +17,8 @@
 #include "dissect/kernels.hpp"
 #include "dissect/kv_cache.hpp"
 #include "dissect/linear.hpp"
+#include "dissect/lora.hpp"
+#include "dissect/lora_adapter.hpp"
 #include "dissect/loss.hpp"
 #include "dissect/model_shape.hpp"
 #include "dissect/models/decoder_layer.hpp"

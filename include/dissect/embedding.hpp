@@ -66,9 +66,22 @@ class Embedding : public ParameterMethods<Embedding<Scalar>> {
   ConstTensorView<Scalar, 2> weight() const { return weight_.cview(); }
   /// Copies new values in (the buffer keeps its address). @throws ShapeError unless [V, D].
   void set_weight(ConstTensorView<Scalar, 2> weight);
-  /// [V, D]; filled by backward, cleared by zero_grad.
-  TensorView<Scalar, 2> weight_grad() { return weight_grad_.view(); }
-  ConstTensorView<Scalar, 2> weight_grad() const { return weight_grad_.cview(); }
+  /// [V, D]; filled by backward, cleared by zero_grad. @throws Error if the table is frozen.
+  TensorView<Scalar, 2> weight_grad() {
+    require_gradient("Embedding", "weight_grad", frozen_);
+    return weight_grad_.view();
+  }
+  ConstTensorView<Scalar, 2> weight_grad() const {
+    require_gradient("Embedding", "weight_grad", frozen_);
+    return weight_grad_.cview();
+  }
+  /// Freezing (requires_grad_(False)): the gradient is released and backward only checks its
+  /// arguments; unfreezing allocates a zeroed gradient. See module.hpp.
+  void set_frozen(bool frozen) {
+    frozen_ = frozen;
+    set_gradient_frozen(weight_grad_, weight_.shape(), frozen);
+  }
+  bool frozen() const { return frozen_; }
 
   /// Visits "weight" with its gradient: the module protocol.
   template <class Visitor>
@@ -118,6 +131,7 @@ class Embedding : public ParameterMethods<Embedding<Scalar>> {
 
   Tensor<Scalar, 2> weight_;
   Tensor<Scalar, 2> weight_grad_;
+  bool frozen_ = false;
 };
 
 /// "Embedding(50257, 768)", as PyTorch prints nn.Embedding.
@@ -281,7 +295,7 @@ void Embedding<Scalar>::backward(TokenBatch tokens, const DY& dy) {
   const auto upstream = const_view(dy);
   check_batch("backward", tokens, "dy", upstream.shape());
   check_not_grad("backward", "dy", upstream);
-  scatter_add(tokens.ids.data(), 0, upstream);
+  if (!frozen_) scatter_add(tokens.ids.data(), 0, upstream);
 }
 
 template <class Scalar>
@@ -312,7 +326,7 @@ void Embedding<Scalar>::backward_positions(const DY& dy, index_t offset) {
   }
   check_positions("backward_positions", shape[1], offset);
   check_not_grad("backward_positions", "dy", upstream);
-  scatter_add(nullptr, offset, upstream);
+  if (!frozen_) scatter_add(nullptr, offset, upstream);
 }
 
 template <class Scalar>

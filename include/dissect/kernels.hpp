@@ -35,6 +35,12 @@ void linear_backward(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scala
                      const ConstMatrixRef<Scalar>& dy, MatrixRef<Scalar> dx,
                      MatrixRef<Scalar> dweight, std::optional<VectorMap<Scalar>> dbias);
 
+/// W: [N, K]  dy: [M, N]  →  dx: [M, K] = dy·W (overwritten): the input half of linear_backward,
+/// for a frozen layer whose weight takes no gradient.
+template <class Scalar>
+void linear_backward_input(const ConstMatrixRef<Scalar>& weight, const ConstMatrixRef<Scalar>& dy,
+                           MatrixRef<Scalar> dx);
+
 /// x: [M, K]  dy: [M, N]  →  dW: [N, K] += dyᵀ·x;  db: [N] += Σ_m dy[m, :] (when given): the
 /// parameter half of linear_backward, for a first layer whose input needs no gradient.
 template <class Scalar>
@@ -59,10 +65,16 @@ template <class Scalar>
 void linear_backward(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scalar>& weight,
                      const ConstMatrixRef<Scalar>& dy, MatrixRef<Scalar> dx,
                      MatrixRef<Scalar> dweight, std::optional<VectorMap<Scalar>> dbias) {
-  const int threads = detail::threads_for_product(x.rows(), weight.size());
+  linear_backward_input<Scalar>(weight, dy, dx);
+  linear_backward_parameters<Scalar>(x, dy, dweight, dbias);
+}
+
+template <class Scalar>
+void linear_backward_input(const ConstMatrixRef<Scalar>& weight, const ConstMatrixRef<Scalar>& dy,
+                           MatrixRef<Scalar> dx) {
+  const int threads = detail::threads_for_product(dy.rows(), weight.size());
   // dx = dy·W, split over dx's columns (in_features).
   detail::panelled_product(dx, dy, weight, /*accumulate=*/false, threads);
-  linear_backward_parameters<Scalar>(x, dy, dweight, dbias);
 }
 
 template <class Scalar>

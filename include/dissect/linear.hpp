@@ -6,6 +6,10 @@
 // whole batch of sequences is a single GEMM in kernels.hpp. backward() adds into the gradients
 // until zero_grad(), as PyTorch does. forward() is const and keeps no state: one layer may serve
 // any number of threads at once (concurrent backward() into the same gradients is not safe).
+//
+// A layer can be frozen (no gradient buffers, dx-only backward) and can carry a LoRA adapter
+// (lora_adapter.hpp): y = x·Wᵀ + b + (α/r)·(x·Aᵀ)·Bᵀ with W frozen, which is how whole models are
+// adapted without changing their type (lora.hpp applies adapters by name).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +22,7 @@
 #include "dissect/error.hpp"
 #include "dissect/init.hpp"
 #include "dissect/kernels.hpp"
+#include "dissect/lora_adapter.hpp"
 #include "dissect/module.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
@@ -71,15 +76,50 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   void set_bias(ConstTensorView<Scalar, 1> bias);
 
   /// Gradients, shaped as their parameters; filled by backward, cleared by zero_grad.
-  TensorView<Scalar, 2> weight_grad() { return weight_grad_.view(); }
-  ConstTensorView<Scalar, 2> weight_grad() const { return weight_grad_.cview(); }
-  /// @throws Error if the layer was built without a bias.
-  TensorView<Scalar, 1> bias_grad() { return with_bias("bias_grad", bias_grad_).view(); }
+  /// @throws Error if the layer is frozen (it has none).
+  TensorView<Scalar, 2> weight_grad() { return with_grad("weight_grad", weight_grad_).view(); }
+  ConstTensorView<Scalar, 2> weight_grad() const {
+    return with_grad("weight_grad", weight_grad_).cview();
+  }
+  /// @throws Error if the layer was built without a bias or is frozen.
+  TensorView<Scalar, 1> bias_grad() {
+    return with_grad("bias_grad", with_bias("bias_grad", bias_grad_)).view();
+  }
   ConstTensorView<Scalar, 1> bias_grad() const {
-    return with_bias("bias_grad", bias_grad_).cview();
+    return with_grad("bias_grad", with_bias("bias_grad", bias_grad_)).cview();
   }
 
-  /// Visits "weight" (and "bias") with their gradients: the module protocol.
+  /// Freezing, PyTorch's requires_grad_(False) on W and b: the gradient buffers are released, the
+  /// parameters are visited with empty gradient views (optimizers skip them, see module.hpp) and
+  /// backward computes dx (and an adapter's gradients) only. Unfreezing allocates zeroed
+  /// gradients.
+  void set_frozen(bool frozen);
+  bool frozen() const { return frozen_; }
+
+  /// Attaches a LoRA adapter [r, in] / [out, r] and freezes W and b: from now on forward adds
+  /// (α/r)·(x·Aᵀ)·Bᵀ and backward trains A and B only. Returns the adapter.
+  /// @throws Error if the layer already has one; ConfigError for bad options; ShapeError if a
+  ///         given adapter is not in → out.
+  LoRAAdapter<Scalar>& attach_adapter(LoRAOptions options = {});
+  LoRAAdapter<Scalar>& attach_adapter(LoRAAdapter<Scalar> adapter);
+  bool has_adapter() const { return adapter_.has_value(); }
+  /// @throws Error if the layer has no adapter.
+  LoRAAdapter<Scalar>& adapter() { return with_adapter("adapter"); }
+  const LoRAAdapter<Scalar>& adapter() const { return with_adapter("adapter"); }
+  /// Removes the adapter and returns it. If it was merged, W keeps the update (PEFT's
+  /// merge_and_unload); otherwise W is the base again. The layer stays frozen.
+  /// @throws Error if the layer has no adapter.
+  LoRAAdapter<Scalar> detach_adapter();
+  /// W += (α/r)·B·A, after which forward skips the adapter (one GEMM, the speed of the base);
+  /// unmerge subtracts it again. W after unmerge differs from the original by the rounding of
+  /// the two additions, at most 2·u·(|W| + |ΔW|) per entry. A merged layer refuses backward.
+  /// @throws Error if there is no adapter or it is already merged (unmerge: not merged).
+  void merge_adapter();
+  void unmerge_adapter();
+  bool adapter_merged() const { return merged_; }
+
+  /// Visits "weight" (and "bias") with their gradients — empty when frozen — and an adapter's
+  /// "lora_A.weight" and "lora_B.weight": the module protocol.
   template <class Visitor>
   void for_each_parameter(Visitor&& visit);
   template <class Visitor>
@@ -123,6 +163,11 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// `tensor` (bias_ or bias_grad_), or Error naming `name` for a layer built without a bias.
   template <class T>
   T& with_bias(const char* name, T& tensor) const;
+  /// `tensor` (a gradient), or Error naming `name` for a frozen layer.
+  template <class T>
+  T& with_grad(const char* name, T& tensor) const;
+  LoRAAdapter<Scalar>& with_adapter(const char* name);
+  const LoRAAdapter<Scalar>& with_adapter(const char* name) const;
   template <std::size_t Rank>
   void check_input(const char* op, const ConstTensorView<Scalar, Rank>& x) const;
   template <std::size_t Rank>
@@ -143,6 +188,9 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   Tensor<Scalar, 1> bias_;  // [0] without a bias
   Tensor<Scalar, 2> weight_grad_;
   Tensor<Scalar, 1> bias_grad_;
+  bool frozen_ = false;
+  std::optional<LoRAAdapter<Scalar>> adapter_;
+  bool merged_ = false;
 };
 
 /// "Linear(in_features=768, out_features=3072, bias=true)", as PyTorch prints nn.Linear.
@@ -202,6 +250,78 @@ T& Linear<Scalar>::with_bias(const char* name, T& tensor) const {
 }
 
 template <class Scalar>
+template <class T>
+T& Linear<Scalar>::with_grad(const char* name, T& tensor) const {
+  require_gradient("Linear", name, frozen_);
+  return tensor;
+}
+
+template <class Scalar>
+LoRAAdapter<Scalar>& Linear<Scalar>::with_adapter(const char* name) {
+  return const_cast<LoRAAdapter<Scalar>&>(std::as_const(*this).with_adapter(name));
+}
+
+template <class Scalar>
+const LoRAAdapter<Scalar>& Linear<Scalar>::with_adapter(const char* name) const {
+  if (!adapter_) {
+    throw Error(detail::concat("Linear::", name, ": this layer has no LoRA adapter"));
+  }
+  return *adapter_;
+}
+
+template <class Scalar>
+void Linear<Scalar>::set_frozen(bool frozen) {
+  if (frozen == frozen_) return;
+  frozen_ = frozen;
+  set_gradient_frozen(weight_grad_, weight_.shape(), frozen);
+  set_gradient_frozen(bias_grad_, bias_.shape(), frozen);
+}
+
+template <class Scalar>
+LoRAAdapter<Scalar>& Linear<Scalar>::attach_adapter(LoRAOptions options) {
+  check_lora_options("Linear::attach_adapter", options);
+  return attach_adapter(LoRAAdapter<Scalar>(in_features(), out_features(), options));
+}
+
+template <class Scalar>
+LoRAAdapter<Scalar>& Linear<Scalar>::attach_adapter(LoRAAdapter<Scalar> adapter) {
+  if (adapter_) throw Error("Linear::attach_adapter: this layer already has a LoRA adapter");
+  if (adapter.in_features() != in_features() || adapter.out_features() != out_features()) {
+    throw ShapeError(detail::concat(
+        "Linear::attach_adapter: adapter A ", format_shape(adapter.A().shape()), ", B ",
+        format_shape(adapter.B().shape()), " does not fit weight ", format_shape(weight_.shape())));
+  }
+  set_frozen(true);
+  adapter_.emplace(std::move(adapter));
+  merged_ = false;
+  return *adapter_;
+}
+
+template <class Scalar>
+LoRAAdapter<Scalar> Linear<Scalar>::detach_adapter() {
+  LoRAAdapter<Scalar> adapter = std::move(with_adapter("detach_adapter"));
+  adapter_.reset();
+  merged_ = false;
+  return adapter;
+}
+
+template <class Scalar>
+void Linear<Scalar>::merge_adapter() {
+  const auto& adapter = with_adapter("merge_adapter");
+  if (merged_) throw Error("Linear::merge_adapter: the adapter is already merged");
+  adapter.add_delta_to(weight_.view(), Scalar(1));
+  merged_ = true;
+}
+
+template <class Scalar>
+void Linear<Scalar>::unmerge_adapter() {
+  const auto& adapter = with_adapter("unmerge_adapter");
+  if (!merged_) throw Error("Linear::unmerge_adapter: the adapter is not merged");
+  adapter.add_delta_to(weight_.view(), Scalar(-1));
+  merged_ = false;
+}
+
+template <class Scalar>
 void Linear<Scalar>::set_weight(ConstTensorView<Scalar, 2> weight) {
   assign_parameter("Linear", "weight", "[out_features, in_features]", weight_, weight);
 }
@@ -216,6 +336,7 @@ template <class Visitor>
 void Linear<Scalar>::for_each_parameter(Visitor&& visit) {
   visit(ParameterName("weight"), weight_.view(), weight_grad_.view());
   if (has_bias_) visit(ParameterName("bias"), bias_.view(), bias_grad_.view());
+  if (adapter_) adapter_->for_each_parameter(visit);
 }
 
 template <class Scalar>
@@ -223,6 +344,7 @@ template <class Visitor>
 void Linear<Scalar>::for_each_parameter(Visitor&& visit) const {
   visit(ParameterName("weight"), weight_.cview(), weight_grad_.cview());
   if (has_bias_) visit(ParameterName("bias"), bias_.cview(), bias_grad_.cview());
+  if (adapter_) std::as_const(*adapter_).for_each_parameter(visit);
 }
 
 template <class Scalar>
@@ -286,6 +408,7 @@ Tensor<Scalar, rank_of<X>> Linear<Scalar>::forward(const X& x) const {
     check_input("forward", input);
     auto y = Tensor<Scalar, rank_of<X>>::uninitialized(output_shape(input.shape()));
     linear_forward<Scalar>(input.matrix(), weight_.matrix(), bias_map(), y.matrix());
+    if (adapter_ && !merged_) adapter_->forward_add(input.matrix(), y.matrix());
     return y;
   } else {
     return {};
@@ -312,6 +435,7 @@ void Linear<Scalar>::forward_into(const X& x, Y&& y) const {
   }
   check_not_own_buffer("forward_into", "output y", decltype(input)(output), true);
   linear_forward<Scalar>(input.matrix(), weight_.matrix(), bias_map(), output.matrix());
+  if (adapter_ && !merged_) adapter_->forward_add(input.matrix(), output.matrix());
 }
 
 template <class Scalar>
@@ -353,8 +477,13 @@ void Linear<Scalar>::backward_checked(const char* op, const ConstTensorView<Scal
                                     ", dy: ", format_shape(dy.shape()), ")"));
   }
   check_not_own_buffer(op, "dx", ConstTensorView<Scalar, Rank>(dx), true);
-  linear_backward<Scalar>(x.matrix(), weight_.cview().matrix(), dy.matrix(), dx.matrix(),
-                          weight_grad_.matrix(), bias_grad_map());
+  if (frozen_) {
+    linear_backward_input<Scalar>(weight_.cview().matrix(), dy.matrix(), dx.matrix());
+  } else {
+    linear_backward<Scalar>(x.matrix(), weight_.cview().matrix(), dy.matrix(), dx.matrix(),
+                            weight_grad_.matrix(), bias_grad_map());
+  }
+  if (adapter_) adapter_->backward_add(x.matrix(), dy.matrix(), dx.matrix());
 }
 
 template <class Scalar>
@@ -365,8 +494,11 @@ void Linear<Scalar>::backward_parameters(const X& x, const DY& dy) {
   const auto input = const_view(x);
   const auto upstream = const_view(dy);
   check_backward("backward_parameters", input, upstream);
-  linear_backward_parameters<Scalar>(input.matrix(), upstream.matrix(), weight_grad_.matrix(),
-                                     bias_grad_map());
+  if (!frozen_) {
+    linear_backward_parameters<Scalar>(input.matrix(), upstream.matrix(), weight_grad_.matrix(),
+                                       bias_grad_map());
+  }
+  if (adapter_) adapter_->backward_add(input.matrix(), upstream.matrix(), std::nullopt);
 }
 
 template <class Scalar>
@@ -382,13 +514,21 @@ void Linear<Scalar>::check_backward(const char* op, const ConstTensorView<Scalar
   // x and dy are read while dW and db are written.
   check_not_own_buffer(op, "x", x, false);
   check_not_own_buffer(op, "dy", dy, false);
+  if (merged_) {
+    throw Error(detail::concat(
+        "Linear::", op, ": the LoRA adapter is merged into the weight; unmerge it to train"));
+  }
 }
 
 template <class Scalar>
 std::ostream& operator<<(std::ostream& out, const Linear<Scalar>& layer) {
-  return out << "Linear(in_features=" << layer.in_features()
-             << ", out_features=" << layer.out_features()
-             << ", bias=" << (layer.has_bias() ? "true" : "false") << ")";
+  out << "Linear(in_features=" << layer.in_features() << ", out_features=" << layer.out_features()
+      << ", bias=" << (layer.has_bias() ? "true" : "false") << (layer.frozen() ? ", frozen" : "");
+  if (layer.has_adapter()) {
+    out << ", lora_rank=" << layer.adapter().rank() << ", lora_alpha=" << layer.adapter().alpha()
+        << (layer.adapter_merged() ? ", merged" : "");
+  }
+  return out << ")";
 }
 
 }  // namespace dissect

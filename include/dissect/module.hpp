@@ -5,9 +5,15 @@
 // their gradients. That one function gives every module zero_grad, parameter_count and names,
 // and lets an optimizer take any module. Composition is by value (members, Sequential), never
 // through a virtual base: each module's backward is written and proven by hand.
+//
+// A frozen parameter (PyTorch's requires_grad=False) is visited with an empty gradient view: it
+// has no gradient buffer, optimizers skip it, zero_grad has nothing to clear. Layers that own
+// parameters (Linear, Embedding, the norms) are frozen with set_frozen; freeze(module) walks a
+// composed module down to them (for_each_layer).
 #pragma once
 
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <ostream>
 #include <string>
@@ -77,6 +83,12 @@ void visit_child(std::string_view prefix, Child& child, Visitor& visit) {
   });
 }
 
+/// A parameter visited with this value and gradient is frozen: it has values but no gradient.
+template <class Value, class Grad>
+bool is_frozen_parameter(const Value& value, const Grad& grad) {
+  return grad.size() == 0 && value.size() > 0;
+}
+
 /// Sets every gradient of `module` to zero (gradients accumulate until then, as in PyTorch).
 template <Module M>
 void zero_grad(M& module);
@@ -85,9 +97,34 @@ void zero_grad(M& module);
 template <Module M>
 index_t parameter_count(const M& module);
 
+/// Σ of the element counts of the parameters that are not frozen (what an optimizer updates).
+template <Module M>
+index_t trainable_parameter_count(const M& module);
+
 /// Every parameter's state_dict name, in visiting order.
 template <Module M>
 std::vector<std::string> parameter_names(const M& module);
+
+/// A layer that owns parameters and can be frozen: the leaves for_each_layer stops at.
+template <class L>
+concept FreezableLayer = requires(L& layer, const L& const_layer) {
+  layer.set_frozen(true);
+  { const_layer.frozen() } -> std::same_as<bool>;
+};
+
+/// Calls visit(name, layer) for every FreezableLayer inside `module` (or `module` itself, named
+/// ""), with its module path as a state_dict prefix ("h.0.attn.qkv"): how adapters are placed
+/// by name and models are frozen. visit may take only some layer types (Linear<float>&, or
+/// const Linear<float>& when `module` is const), the others are skipped. A tied layer is visited
+/// once, where the state_dict names it.
+template <Module M, class Visitor>
+void for_each_layer(M& module, Visitor&& visit);
+
+/// set_frozen(true / false) on every layer of `module`.
+template <Module M>
+void freeze(M& module);
+template <Module M>
+void unfreeze(M& module);
 
 /// zero_grad() and parameter_count() as members, from for_each_parameter: a module derives from
 /// ParameterMethods<Itself> (CRTP, no virtual functions) instead of writing them by hand.
@@ -141,6 +178,22 @@ void assign_parameter(std::string_view layer, std::string_view what, std::string
                                     format_shape(source.shape())));
   }
   target.view().copy_from(source);
+}
+
+/// What a freezable layer's set_frozen does to one gradient buffer: releases it (frozen) or
+/// allocates it zero-filled, shaped `value_shape` (unfrozen).
+template <class Scalar, std::size_t Rank>
+void set_gradient_frozen(Tensor<Scalar, Rank>& grad, const Shape<Rank>& value_shape, bool frozen) {
+  grad = Tensor<Scalar, Rank>(frozen ? Shape<Rank>{} : value_shape);
+}
+
+/// What a frozen layer's gradient accessors do. @throws Error "layer::accessor: this layer is
+/// frozen and keeps no gradient" when `frozen`.
+inline void require_gradient(std::string_view layer, std::string_view accessor, bool frozen) {
+  if (frozen) {
+    throw Error(
+        detail::concat(layer, "::", accessor, ": this layer is frozen and keeps no gradient"));
+  }
 }
 
 /// Refuses, at compile time, a tensor argument X whose scalar is not the layer's Scalar.
@@ -207,6 +260,71 @@ index_t parameter_count(const M& module) {
     count = checked_add(count, value.size(), "parameter_count");
   });
   return count;
+}
+
+template <Module M>
+index_t trainable_parameter_count(const M& module) {
+  index_t count = 0;
+  module.for_each_parameter([&](const ParameterName&, auto value, auto grad) {
+    if (!is_frozen_parameter(value, grad)) {
+      count = checked_add(count, value.size(), "trainable_parameter_count");
+    }
+  });
+  return count;
+}
+
+namespace detail {
+
+/// The visitor for_each_layer passes down a ComposedModule's visit_members: visit_child's
+/// overload below sends it into composed children and hands it the leaves.
+template <class Visitor>
+struct LayerWalk {
+  Visitor& visit;
+  std::string prefix;  // "" or "h.0.attn."
+
+  std::string path(std::string_view name) const { return prefix + std::string(name); }
+  /// A module that visits its parameters itself (not through visit_child) has no layers to walk.
+  template <class Value, class Grad>
+  void operator()(const ParameterName&, Value, Grad) const {}
+};
+
+template <class Visitor, class Layer>
+void walk_layer(LayerWalk<Visitor>& walk, std::string_view name, Layer& layer) {
+  if constexpr (FreezableLayer<std::remove_const_t<Layer>>) {  // a const model's leaves too
+    if constexpr (std::is_invocable_v<Visitor&, const std::string&, Layer&>) {
+      walk.visit(walk.path(name), layer);
+    }
+  } else {
+    // A composed module: its members, one level deeper. Stateless layers visit nothing.
+    LayerWalk<Visitor> inner{walk.visit, name.empty() ? walk.prefix : walk.path(name) + "."};
+    layer.for_each_parameter(inner);
+  }
+}
+
+}  // namespace detail
+
+/// visit_child for the layer walk: the child is a leaf to visit or a module to walk into.
+template <class Child, class Visitor>
+void visit_child(std::string_view prefix, Child& child, detail::LayerWalk<Visitor>& walk) {
+  detail::walk_layer(walk, prefix, child);
+}
+
+template <Module M, class Visitor>
+void for_each_layer(M& module, Visitor&& visit) {
+  detail::LayerWalk<std::remove_reference_t<Visitor>> walk{visit, ""};
+  detail::walk_layer(walk, "", module);
+}
+
+template <Module M>
+void freeze(M& module) {
+  for_each_layer(module,
+                 [](const std::string&, FreezableLayer auto& layer) { layer.set_frozen(true); });
+}
+
+template <Module M>
+void unfreeze(M& module) {
+  for_each_layer(module,
+                 [](const std::string&, FreezableLayer auto& layer) { layer.set_frozen(false); });
 }
 
 template <Module M>

@@ -76,13 +76,29 @@ class Normalization : public ParameterMethods<Normalization<Scalar, kind>> {
   /// γ: [D]; values writable, shape and buffer fixed.
   TensorView<Scalar, 1> weight() { return weight_.view(); }
   ConstTensorView<Scalar, 1> weight() const { return weight_.cview(); }
-  TensorView<Scalar, 1> weight_grad() { return weight_grad_.view(); }
-  ConstTensorView<Scalar, 1> weight_grad() const { return weight_grad_.cview(); }
+  /// Gradients (γ's, β's): @throws Error if the norm is frozen.
+  TensorView<Scalar, 1> weight_grad() { return with_grad("weight_grad", weight_grad_).view(); }
+  ConstTensorView<Scalar, 1> weight_grad() const {
+    return with_grad("weight_grad", weight_grad_).cview();
+  }
   /// β: [D] (LayerNorm only).
   TensorView<Scalar, 1> bias() requires centered { return bias_.view(); }
   ConstTensorView<Scalar, 1> bias() const requires centered { return bias_.cview(); }
-  TensorView<Scalar, 1> bias_grad() requires centered { return bias_grad_.view(); }
-  ConstTensorView<Scalar, 1> bias_grad() const requires centered { return bias_grad_.cview(); }
+  TensorView<Scalar, 1> bias_grad() requires centered {
+    return with_grad("bias_grad", bias_grad_).view();
+  }
+  ConstTensorView<Scalar, 1> bias_grad() const requires centered {
+    return with_grad("bias_grad", bias_grad_).cview();
+  }
+
+  /// Freezing (requires_grad_(False)): the gradients are released and backward computes dx
+  /// only; unfreezing allocates zeroed gradients. See module.hpp.
+  void set_frozen(bool frozen) {
+    frozen_ = frozen;
+    set_gradient_frozen(weight_grad_, weight_.shape(), frozen);
+    set_gradient_frozen(bias_grad_, bias_.shape(), frozen);
+  }
+  bool frozen() const { return frozen_; }
 
   /// Copies new values into the parameter (the buffer keeps its address).
   /// @throws ShapeError naming the parameter if the shape is not [D].
@@ -126,6 +142,14 @@ class Normalization : public ParameterMethods<Normalization<Scalar, kind>> {
   Tensor<Scalar, rank_of<X>> backward(const X& x, const Cache& cache, const DY& dy);
 
  private:
+  Tensor<Scalar, 1>& with_grad(const char* accessor, Tensor<Scalar, 1>& grad) {
+    require_gradient(name, accessor, frozen_);
+    return grad;
+  }
+  const Tensor<Scalar, 1>& with_grad(const char* accessor, const Tensor<Scalar, 1>& grad) const {
+    require_gradient(name, accessor, frozen_);
+    return grad;
+  }
   template <class X>
   static void check_scalar();
   template <std::size_t Rank>
@@ -143,6 +167,7 @@ class Normalization : public ParameterMethods<Normalization<Scalar, kind>> {
   Tensor<Scalar, 1> bias_;  // [0] for RMSNorm
   Tensor<Scalar, 1> weight_grad_;
   Tensor<Scalar, 1> bias_grad_;
+  bool frozen_ = false;
 };
 
 /// nn.LayerNorm(D, eps): weight γ and bias β of [D].
@@ -333,6 +358,7 @@ Tensor<Scalar, rank_of<X>> Normalization<Scalar, kind>::backward(const X& x, con
     d_gamma += upstream_row * x_hat;
     if constexpr (centered) d_beta += upstream_row;
   }
+  if (frozen_) return dx;
   weight_grad_.vector() += d_gamma.matrix().template cast<Scalar>();
   if constexpr (centered) bias_grad_.vector() += d_beta.matrix().template cast<Scalar>();
   return dx;

@@ -44,7 +44,7 @@ struct ParameterRef {
 template <WritableTensor V, WritableTensor G>
 ParameterRef<scalar_of<V>> parameter(V&& value, G&& grad, std::string name = {});
 
-/// Every parameter of `module`, under its own state_dict names ("qkv.weight", …).
+/// Every parameter of `module` that is not frozen, under its state_dict names ("qkv.weight", …).
 template <Module M>
 std::vector<ParameterRef<typename M::scalar_type>> parameters_of(M& module);
 
@@ -217,6 +217,7 @@ void append_parameters(std::vector<ParameterRef<Scalar>>& out, M& module,
   static_assert(std::is_same_v<typename M::scalar_type, Scalar>,
                 "dissect::parameters: every module must have the same scalar type");
   module.for_each_parameter([&](const ParameterName& name, auto value, auto grad) {
+    if (is_frozen_parameter(value, grad)) return;  // requires_grad=False: not the optimizer's
     const ParameterName full = position ? name.under(index_name(*position)) : name;
     out.push_back(parameter(value, grad, full.str()));
   });

@@ -680,6 +680,84 @@ def generate_rope(root: Path):
 BLOCKS["rope"] = generate_rope
 
 
+# ---- lora: nn.Linear with a LoRA adapter, as PEFT's lora.Linear computes it ----------------------
+
+# (leading shape, in_features, out_features, rank, alpha, bias, scale tag). in, out, rank and the
+# leading dims differ wherever possible, so a transposed A or B cannot pass by accident; rank 1
+# and odd sizes leave no SIMD width dividing them. The magnitude case is in 32, out 24 rather
+# than a square 64: W and W_merged would hold 8,192 values each, over 500 KB in two dtypes.
+LORA_CASES = [
+    ((2, 3), 16, 24, 4, 8, True, None),
+    ((5,), 16, 12, 8, 16, False, None),
+    ((1, 7), 33, 17, 1, 1, True, None),
+    ((4,), 32, 24, 16, 32, True, "1e3"),
+]
+
+
+def lora_case_name(prefix, lead, in_f, out_f, rank, alpha, bias, scale_tag):
+    lead_tag = "lead" + "x".join(str(d) for d in lead) if lead else "nolead"
+    name = f"{prefix}_{lead_tag}_in{in_f}_out{out_f}_r{rank}_alpha{alpha}_{bias_tag(bias)}"
+    return name + (f"_scale{scale_tag}" if scale_tag else "")
+
+
+def lora_fixture(lead, in_f, out_f, rank, alpha, bias, scale_tag, dtype):
+    """PEFT's lora.Linear with lora_dropout 0 (an Identity there) written out in plain torch:
+    base(x) + lora_B(lora_A(x)) * scaling, scaling = alpha / rank, and its merge
+    W + (B @ A) * scaling. The base layer is frozen, as PEFT freezes it: only x, A and B get
+    gradients."""
+    # Seeded by the dtype-free name and drawn in float64: the f32 case is the f64 case rounded.
+    torch.manual_seed(seed_for("lora" + lora_case_name("", lead, in_f, out_f, rank, alpha, bias,
+                                                       scale_tag)))
+    base = torch.nn.Linear(in_f, out_f, bias=bias, dtype=torch.float64)
+    # PEFT draws A as nn.Linear draws a weight and sets B to zero, which would hide the adapter
+    # from every check; B is drawn the same way as A instead.
+    lora_A = torch.nn.Linear(in_f, rank, bias=False, dtype=torch.float64)
+    lora_B = torch.nn.Linear(rank, out_f, bias=False, dtype=torch.float64)
+    x = torch.randn(*lead, in_f, dtype=torch.float64)
+    dy = torch.randn(*lead, out_f, dtype=torch.float64)
+    scale = float(scale_tag) if scale_tag else 1.0
+    with torch.no_grad():
+        # As for linear: x and W by scale, b by scale². A by scale too, so the adapter's
+        # (B @ A) * scaling grows as W does and is neither swamped nor dominant.
+        x *= scale
+        base.weight *= scale
+        lora_A.weight *= scale
+        if bias:
+            base.bias *= scale * scale
+    base, lora_A, lora_B = base.to(dtype), lora_A.to(dtype), lora_B.to(dtype)
+    base.requires_grad_(False)
+    x = x.to(dtype).requires_grad_(True)
+    dy = dy.to(dtype)
+
+    scaling = alpha / rank
+    y = base(x) + lora_B(lora_A(x)) * scaling
+    y.backward(dy)
+    with torch.no_grad():
+        W_merged = base.weight + (lora_B.weight @ lora_A.weight) * scaling
+        # The merged layer computes the same y, up to rounding: the merge is the right one.
+        gap = (torch.nn.functional.linear(x, W_merged, base.bias) - y).abs().max()
+        assert gap <= (1e-5 if dtype == torch.float32 else 1e-13) * y.abs().max(), gap
+
+    tensors = {"W": base.weight}
+    if bias:
+        tensors["b"] = base.bias
+    tensors.update({"A": lora_A.weight, "B": lora_B.weight, "x": x, "dy": dy, "y": y,
+                    "dx": x.grad, "dA": lora_A.weight.grad, "dB": lora_B.weight.grad,
+                    "W_merged": W_merged})
+    meta = {"in_features": in_f, "out_features": out_f, "rank": rank, "alpha": alpha,
+            "scaling": repr(scaling), "bias": bias}
+    if scale_tag:
+        meta["scale"] = scale_tag
+    return meta, {k: v.detach() for k, v in tensors.items()}
+
+
+def generate_lora(root: Path):
+    return generate_cases(root, "lora", LORA_CASES, lora_case_name, lora_fixture)
+
+
+BLOCKS["lora"] = generate_lora
+
+
 # ---- model: whole tiny GPT-2 and LLaMA, the loss and every parameter's gradient ----------------
 
 nnf = torch.nn.functional

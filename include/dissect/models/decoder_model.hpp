@@ -263,9 +263,13 @@ template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderModel<Scalar, Style>::logits_of(ConstTensorView<Scalar, 3> normed,
                                                          ShapeTrace* trace) const {
   auto logits = Tensor<Scalar, 3>::uninitialized({normed.dim(0), normed.dim(1), config_.vocab});
-  linear_forward<Scalar>(normed.reshape(Shape<2>{-1, config_.d_model}).matrix(),
-                         head_weight().matrix(), std::nullopt,
-                         logits.view().reshape(Shape<2>{-1, config_.vocab}).matrix());
+  if (head_) {
+    head_->forward_into(normed, logits);  // with its LoRA adapter, if it has one
+  } else {
+    linear_forward<Scalar>(normed.reshape(Shape<2>{-1, config_.d_model}).matrix(),
+                           head_weight().matrix(), std::nullopt,
+                           logits.view().reshape(Shape<2>{-1, config_.vocab}).matrix());
+  }
   detail::trace_stage(trace, "logits", logits.shape());
   return logits;
 }
@@ -331,13 +335,20 @@ void DecoderModel<Scalar, Style>::backward(TokenBatch tokens, Cache& cache,
                                     format_shape(hidden),
                                     " (fill it with forward(tokens, cache))"));
   }
-  // The head: d normed = dlogits·W, dW += dlogitsᵀ·normed (into wte's gradient when tied).
+  // The head: d normed = dlogits·W, dW += dlogitsᵀ·normed (into wte's gradient when tied; none
+  // when the head or the tied table is frozen).
   auto d_normed = Tensor<Scalar, 3>::uninitialized(hidden);
-  linear_backward<Scalar>(cache.normed.cview().reshape(Shape<2>{-1, config_.d_model}).matrix(),
-                          head_weight().matrix(),
-                          dlogits.reshape(Shape<2>{-1, config_.vocab}).matrix(),
-                          d_normed.view().reshape(Shape<2>{-1, config_.d_model}).matrix(),
-                          head_weight_grad().matrix(), std::nullopt);
+  const auto d_normed_rows = d_normed.view().reshape(Shape<2>{-1, config_.d_model}).matrix();
+  const auto dlogits_rows = dlogits.reshape(Shape<2>{-1, config_.vocab}).matrix();
+  if (head_) {
+    head_->backward_into(cache.normed, dlogits, d_normed);
+  } else if (embedding_.frozen()) {
+    linear_backward_input<Scalar>(head_weight().matrix(), dlogits_rows, d_normed_rows);
+  } else {
+    linear_backward<Scalar>(cache.normed.cview().reshape(Shape<2>{-1, config_.d_model}).matrix(),
+                            head_weight().matrix(), dlogits_rows, d_normed_rows,
+                            head_weight_grad().matrix(), std::nullopt);
+  }
   auto dx = final_norm_.backward(cache.outputs.back(), cache.final_norm, d_normed);
   for (std::size_t i = layers_.size(); i-- > 0;) {
     const ConstTensorView<Scalar, 3> input = i == 0 ? cache.embedded : cache.outputs[i - 1];

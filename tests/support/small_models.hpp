@@ -1,0 +1,43 @@
+// Small GPT-2 and LLaMA configurations for the algebraic model tests (a few thousand
+// parameters: fast in double, big enough to have every part), and random token ids.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "dissect/config.hpp"
+
+namespace dissect::testing {
+
+/// GPT-2's parts at D = 16, L = 2, H = 4, F = 32, V = 23, context 12 (tied head).
+inline TransformerConfig small_gpt2() {
+  return {.d_model = 16, .n_layers = 2, .n_heads = 4, .d_ff = 32, .vocab = 23, .context = 12};
+}
+
+/// LLaMA's parts at D = 16, L = 2, H = 4, H_kv = 2, F = 24, context 12 (untied head).
+inline TransformerConfig small_llama(index_t vocab = 23) {
+  return {.d_model = 16,
+          .n_layers = 2,
+          .n_heads = 4,
+          .n_kv_heads = 2,
+          .d_ff = 24,
+          .vocab = vocab,
+          .context = 12,
+          .tied_embeddings = false,
+          .positions = Positions::rotary,
+          .norm = Norm::rms_norm,
+          .bias = false,
+          .ffn = Ffn::gated};
+}
+
+/// `count` ids uniform in [0, vocab), from `seed`.
+inline std::vector<index_t> random_ids(std::size_t count, index_t vocab, std::uint64_t seed) {
+  std::mt19937_64 engine(seed);
+  std::uniform_int_distribution<index_t> pick(0, vocab - 1);
+  std::vector<index_t> ids(count);
+  for (auto& id : ids) id = pick(engine);
+  return ids;
+}
+
+}  // namespace dissect::testing
