@@ -1,0 +1,125 @@
+// Tests of dissect/io/lora_file.hpp: adapters saved alone under PEFT's names and read back into a
+// fresh model (which then computes what the trained one did), and every refused file, each of
+// which leaves the model as it was.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dissect/io/lora_file.hpp"
+#include "dissect/models/decoder_model.hpp"
+#include "support/io_testing.hpp"
+#include "support/small_models.hpp"
+#include "support/tensor_testing.hpp"
+
+namespace dissect {
+namespace {
+
+using testing::random_ids;
+using testing::small_gpt2;
+
+/// A small GPT-2 with adapters on qkv and mlp.down whose B is non-zero (as after training), and
+/// the down projections' alpha different from the rest.
+GPT2Model<float> adapted_model() {
+  GPT2Model<float> model(small_gpt2(), {.seed = 4});
+  apply_lora(model, {.adapter = {.rank = 4, .alpha = 8, .seed = 1}, .target_modules = {"qkv"}});
+  for_each_layer(model, [](const std::string&, Linear<float>& layer) {
+    if (!layer.has_adapter() && layer.out_features() == 16 && layer.in_features() == 32) {
+      layer.attach_adapter({.rank = 2, .alpha = 3, .seed = 2});  // mlp.down
+    }
+  });
+  std::mt19937_64 engine(3);
+  for_each_layer(model, [&](const std::string&, Linear<float>& layer) {
+    if (!layer.has_adapter()) return;
+    for (auto& v : layer.adapter().B()) v = std::uniform_real_distribution<float>(-1, 1)(engine);
+  });
+  return model;
+}
+
+TEST(LoRAFile, SavesPeftNamesAndLoadsIntoAFreshModel) {
+  const testing::TemporaryDirectory dir;
+  const auto model = adapted_model();
+  save_adapters(dir / "adapter.safetensors", model, {{"task", "test"}});
+
+  const SafetensorsFile file(dir / "adapter.safetensors");
+  EXPECT_EQ(file.tensor_names(),
+            (std::vector<std::string>{"base_model.model.h.0.attn.qkv.lora_A.weight",
+                                      "base_model.model.h.0.attn.qkv.lora_B.weight",
+                                      "base_model.model.h.0.mlp.down.lora_A.weight",
+                                      "base_model.model.h.0.mlp.down.lora_B.weight",
+                                      "base_model.model.h.1.attn.qkv.lora_A.weight",
+                                      "base_model.model.h.1.attn.qkv.lora_B.weight",
+                                      "base_model.model.h.1.mlp.down.lora_A.weight",
+                                      "base_model.model.h.1.mlp.down.lora_B.weight"}));
+  EXPECT_EQ(file.info("base_model.model.h.0.attn.qkv.lora_B.weight").shape,
+            (std::vector<index_t>{48, 4}));
+  const auto config = nlohmann::json::parse(file.metadata().at(lora_config_key));
+  EXPECT_EQ(config["peft_type"], "LORA");
+  EXPECT_EQ(config["r"], 4);
+  EXPECT_EQ(config["lora_alpha"], 8.0);
+  EXPECT_EQ(config["alpha_pattern"]["h.0.mlp.down"], 3.0);
+  EXPECT_EQ(config["target_modules"].size(), 4u);
+  EXPECT_EQ(file.metadata().at("task"), "test");
+
+  GPT2Model<float> fresh(small_gpt2(), {.seed = 4});  // the same base weights
+  EXPECT_EQ(load_adapters(fresh, file), (std::vector<std::string>{"h.0.attn.qkv", "h.0.mlp.down",
+                                                                  "h.1.attn.qkv", "h.1.mlp.down"}));
+  EXPECT_EQ(trainable_parameter_count(fresh), trainable_parameter_count(model));
+  EXPECT_EQ(fresh.layers().at(0).ffn().down().adapter().alpha(), 3.0);
+  const auto ids = random_ids(10, 23, 5);
+  EXPECT_TENSOR_EQ(fresh.forward({ids, 2, 5}), model.forward({ids, 2, 5}));
+  // Loading again into the adapted model overwrites the same adapters.
+  EXPECT_NO_THROW(load_adapters(fresh, file));
+}
+
+TEST(LoRAFile, RefusesFilesThatDoNotFitAndChangesNothing) {
+  const testing::TemporaryDirectory dir;
+  const auto model = adapted_model();
+  save_adapters(dir / "adapter.safetensors", model);
+  const SafetensorsFile good(dir / "adapter.safetensors");
+
+  const auto expect_untouched = [](const GPT2Model<float>& m) {
+    EXPECT_EQ(trainable_parameter_count(m), m.parameter_count());
+  };
+  {  // Another model's sizes.
+    TransformerConfig wider = small_gpt2();
+    wider.d_ff = 40;
+    GPT2Model<float> other(wider, {.seed = 4});
+    EXPECT_THROW_WITH(load_adapters(other, good), ShapeError, "do not fit h.0.mlp.down");
+    expect_untouched(other);
+  }
+  {  // Fewer layers: the file's h.1 adapters have no home.
+    TransformerConfig shallow = small_gpt2();
+    shallow.n_layers = 1;
+    GPT2Model<float> other(shallow, {.seed = 4});
+    EXPECT_THROW_WITH(load_adapters(other, good), Error,
+                      "no Linear layer for base_model.model.h.1.attn.qkv.lora_A.weight");
+    expect_untouched(other);
+  }
+  {  // An adapter of another rank already there.
+    GPT2Model<float> other(small_gpt2(), {.seed = 4});
+    apply_lora(other, {.adapter = {.rank = 2}, .target_modules = {"qkv"}});
+    EXPECT_THROW_WITH(load_adapters(other, good), ShapeError, "rank 2, the file's has rank 4");
+  }
+  {  // No metadata, and lora_A without lora_B.
+    GPT2Model<float> other(small_gpt2(), {.seed = 4});
+    const Tensor<float, 2> a({4, 16});
+    const std::vector<SaveEntry> entries{{"base_model.model.h.0.attn.qkv.lora_A.weight", a}};
+    save_safetensors(dir / "bare.safetensors", entries);
+    EXPECT_THROW_WITH(load_adapters(other, SafetensorsFile(dir / "bare.safetensors")), FormatError,
+                      "has no \"dissect.lora\" metadata");
+    save_safetensors(dir / "half.safetensors", entries,
+                     {{lora_config_key, R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8})"}});
+    EXPECT_THROW_WITH(load_adapters(other, SafetensorsFile(dir / "half.safetensors")), Error,
+                      "has no lora_B partner");
+    expect_untouched(other);
+  }
+  GPT2Model<float> plain(small_gpt2(), {.seed = 4});
+  EXPECT_THROW_WITH(save_adapters(dir / "none.safetensors", plain), Error, "no LoRA adapter");
+}
+
+}  // namespace
+}  // namespace dissect
