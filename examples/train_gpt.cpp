@@ -30,6 +30,8 @@
 // (set before the step) rises linearly to --lr over the --warmup steps, lr·(s + 1)/warmup, then
 // follows a cosine down to lr/10 at the last step: lr/10 + (lr − lr/10)·(1 + cos(π·p))/2 with
 // p = (s − warmup + 1)/(S − warmup). No gradient clipping. train_gpt_torch.py does exactly this.
+// The batches, the schedule and the training loop are examples/common/char_lm.hpp's, which
+// lora_finetune shares.
 //
 // Output. A progress line per report (every --eval-every steps and at the end): the mean
 // training loss since the previous report, the validation loss, the learning rate, training
@@ -60,8 +62,6 @@
 // (training that diverges to a non-finite loss, too).
 #include <Eigen/Core>
 #include <algorithm>
-#include <array>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -70,7 +70,6 @@
 #include <iostream>
 #include <iterator>
 #include <map>
-#include <numbers>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -80,13 +79,12 @@
 #include <utility>
 #include <vector>
 
-#include <unistd.h>  // isatty
-
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #include <nlohmann/json.hpp>
+#include "common/char_lm.hpp"
 #include "common/cli.hpp"
 #include "common/svg_plot.hpp"
 #include "dissect/config.hpp"
@@ -102,15 +100,24 @@
 #include "dissect/optim.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
+#include "tools/common/byte_vocab.hpp"
 
 namespace {
 
 using dissect::index_t;
+using dissect::examples::Batch;
 using dissect::examples::check_range;
 using dissect::examples::check_real;
+using dissect::examples::Clock;
+using dissect::examples::Curves;
+using dissect::examples::evaluate;
+using dissect::examples::FlagDeclarer;
+using dissect::examples::grouped;
+using dissect::examples::sample_batch;
+using dissect::examples::seconds_since;
 using dissect::examples::UsageError;
-using dissect::examples::whole_number;
-using Clock = std::chrono::steady_clock;
+using dissect::tools::ByteVocab;
+using dissect::tools::vocab_bytes_key;
 using Model = dissect::GPT2Model<float>;
 
 constexpr const char* kDefaultData = "/usr/share/games/fortunes";
@@ -153,25 +160,16 @@ struct Flags {
 
 /// Declares every flag on `app`, parsed into `flags`; validate() then checks them.
 void add_flags(CLI::App& app, Flags& flags) {
-  std::string group;
-  const auto option = [&](const char* name, auto& value, const char* metavar,
-                          const std::string& help) {
-    CLI::Option* added = app.add_option(name, value, help)->type_name(metavar)->group(group);
-    using Value = std::remove_reference_t<decltype(value)>;
-    if constexpr (std::is_integral_v<Value>) added->check(whole_number<Value>());
-    if constexpr (std::is_same_v<Value, std::optional<index_t>>) {
-      added->check(whole_number<index_t>());
-    }
-  };
+  FlagDeclarer option(app);
 
-  group = "Model";
+  option.group("Model");
   option("--d-model", flags.d_model, "D", "model width D, 1 to 16384 (default 128); F = 4·D");
   option("--layers", flags.layers, "L", "decoder layers, 1 to 256 (default 4)");
   option("--heads", flags.heads, "H", "attention heads, dividing D (default 4)");
   option("--context", flags.context, "T",
          "tokens per training window and the model's context, 1 to 8192 (default 128)");
 
-  group = "Optimisation";
+  option.group("Optimisation");
   option("--steps", flags.steps, "N", "optimizer steps, 1 to 10,000,000 (default 1000)");
   option("--batch", flags.batch, "B", "windows per batch, 1 to 4096 (default 16)");
   option("--lr", flags.lr, "X", "peak learning rate, finite and > 0 (default 3e-3)");
@@ -184,7 +182,7 @@ void add_flags(CLI::App& app, Flags& flags) {
          "weights from dissect::Generator(S), training batches from Generator(S + 1000), "
          "validation batches from Generator(S + 2000) (default 0)");
 
-  group = "Checkpoints";
+  option.group("Checkpoints");
   option("--checkpoint", flags.checkpoint, "PATH",
          "write the trained weights here (.safetensors), checked before training (default "
          "none)");
@@ -195,13 +193,13 @@ void add_flags(CLI::App& app, Flags& flags) {
          "write the initial weights here (.safetensors) and exit: train_gpt_torch.py --init "
          "reads them");
 
-  group = "Evaluation";
+  option.group("Evaluation");
   option("--eval-every", flags.eval_every, "N",
          "steps between validation losses and report lines, 1 to 10,000,000 (default 100)");
   option("--eval-batches", flags.eval_batches, "N",
          "validation batches (of --batch windows) per evaluation, 1 to 10000 (default 8)");
 
-  group = "Data, output and machine";
+  option.group("Data, output and machine");
   option("--data", flags.data, "DIR",
          std::string("directory of the fortune files (default ") + kDefaultData + ")");
   option("--svg", flags.svg, "PATH",
@@ -233,31 +231,14 @@ dissect::TransformerConfig model_config(const Flags& flags, index_t vocab) {
           .context = flags.context};
 }
 
-/// About the bytes a run holds, in int64 with overflow checks: weights, gradients and Adam's two
-/// moments; each layer's training cache (about 10·D + 3·F values a token and the attention
-/// probabilities, H·T a token) and its gradients; the logits. The vocabulary is taken at its
+/// About the bytes a run holds (char_lm.hpp's training_bytes), the vocabulary taken at its
 /// largest, 256.
 index_t model_bytes(const Flags& flags) {
   const std::string what = "--d-model " + std::to_string(flags.d_model) + " --layers " +
                            std::to_string(flags.layers) + " --context " +
                            std::to_string(flags.context) + " --batch " +
                            std::to_string(flags.batch) + ": the model's size";
-  using dissect::checked_add;
-  using dissect::checked_mul;
-  using dissect::checked_product;
-  using dissect::checked_sum;
-  const auto config = model_config(flags, 256);
-  const index_t parameters = dissect::count_parameters(config).total;
-  const index_t D = flags.d_model, F = checked_mul(4, D, what), T = flags.context;
-  const index_t per_layer = checked_sum({checked_mul(10, D, what), checked_mul(3, F, what),
-                                         checked_product({2, flags.heads, T}, what)},
-                                        what);
-  const index_t per_token = checked_sum(
-      {checked_mul(flags.layers, per_layer, what), checked_mul(4, D, what), 2 * 256}, what);
-  const index_t tokens = checked_mul(flags.batch, T, what);
-  return checked_mul(
-      4, checked_add(checked_mul(4, parameters, what), checked_mul(tokens, per_token, what), what),
-      what);
+  return dissect::examples::training_bytes(model_config(flags, 256), flags.batch, what);
 }
 
 /// Everything CLI11 cannot check, before any work. @throws UsageError naming the flag.
@@ -313,8 +294,7 @@ struct DataError : std::runtime_error {
 struct Corpus {
   std::string text;
   std::vector<std::string> files;
-  std::vector<unsigned char> vocab;  ///< token id → byte, ascending
-  std::array<index_t, 256> id_of{};  ///< byte → token id (-1: absent)
+  ByteVocab vocab;  ///< the text's distinct bytes, ascending
 };
 
 /// Reads the fortune files of `dir` as the header says. @throws DataMissing, or DataError
@@ -343,68 +323,15 @@ Corpus read_fortunes(const std::string& dir) {
     if (!bytes.ends_with("\n%\n") && bytes != "%\n") bytes += "%\n";
     corpus.text += bytes;
   }
-  std::array<bool, 256> present{};
-  for (const char c : corpus.text) present[static_cast<unsigned char>(c)] = true;
-  corpus.id_of.fill(-1);
-  for (int byte = 0; byte < 256; ++byte) {
-    if (!present[static_cast<std::size_t>(byte)]) continue;
-    corpus.id_of[static_cast<std::size_t>(byte)] = static_cast<index_t>(corpus.vocab.size());
-    corpus.vocab.push_back(static_cast<unsigned char>(byte));
-  }
+  corpus.vocab = ByteVocab::of_text(corpus.text);
   return corpus;
-}
-
-/// One batch: B·T input ids and the B·T targets (each input's next token), row-major.
-struct Batch {
-  std::vector<index_t> inputs, targets;
-  Batch(index_t batch, index_t context)
-      : inputs(static_cast<std::size_t>(batch * context)),
-        targets(static_cast<std::size_t>(batch * context)) {}
-};
-
-/// Fills `out` with windows of `split` at offsets next_u64() mod (n − T − 1), b = 0 … B − 1.
-void sample_batch(std::span<const index_t> split, index_t context, dissect::Generator& generator,
-                  Batch& out) {
-  const std::uint64_t range = split.size() - static_cast<std::uint64_t>(context) - 1;
-  const auto T = static_cast<std::size_t>(context);
-  for (std::size_t row = 0; row * T < out.inputs.size(); ++row) {
-    const auto offset = static_cast<std::size_t>(generator.next_u64() % range);
-    std::copy_n(split.begin() + static_cast<std::ptrdiff_t>(offset), T,
-                out.inputs.begin() + static_cast<std::ptrdiff_t>(row * T));
-    std::copy_n(split.begin() + static_cast<std::ptrdiff_t>(offset + 1), T,
-                out.targets.begin() + static_cast<std::ptrdiff_t>(row * T));
-  }
 }
 
 // ---- training -----------------------------------------------------------------------------------
 
 /// --warmup, or its default.
 index_t warmup_steps(const Flags& flags) {
-  return flags.warmup.value_or(std::min<index_t>(100, flags.steps / 10));
-}
-
-/// The learning rate of step `step` (0-based), as the header describes.
-double learning_rate(const Flags& flags, index_t step) {
-  const double peak = flags.lr;
-  const index_t warmup = warmup_steps(flags);
-  if (step < warmup) return peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
-  const double low = 0.1 * peak;
-  const double progress =
-      static_cast<double>(step - warmup + 1) / static_cast<double>(flags.steps - warmup);
-  return low + 0.5 * (peak - low) * (1.0 + std::cos(std::numbers::pi * progress));
-}
-
-/// The mean cross-entropy of the model over `batches` (an inference forward each).
-double evaluate(const Model& model, std::span<const Batch> batches, index_t batch,
-                index_t context) {
-  const index_t vocab = model.config().vocab;
-  double sum = 0;
-  for (const Batch& b : batches) {
-    const auto logits = model.forward(dissect::TokenBatch{b.inputs, batch, context});
-    sum += static_cast<double>(dissect::cross_entropy(
-        logits.cview().reshape(dissect::Shape<2>{-1, vocab}), std::span<const index_t>(b.targets)));
-  }
-  return sum / static_cast<double>(batches.size());
+  return flags.warmup.value_or(dissect::examples::default_warmup(flags.steps));
 }
 
 /// AdamW over one group of parameters: the matrices (weight decay) or the rest (none).
@@ -432,28 +359,6 @@ parameter_groups(Model& model) {
   return {std::move(matrices), std::move(others)};
 }
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-/// "42s", "3m07s", "1h05m".
-std::string format_duration(double seconds) {
-  const auto s = static_cast<long long>(std::llround(std::max(seconds, 0.0)));
-  char text[32];
-  if (s < 60) {
-    std::snprintf(text, sizeof text, "%llds", s);
-  } else if (s < 3600) {
-    std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
-  } else {
-    std::snprintf(text, sizeof text, "%lldh%02lldm", s / 3600, s / 60 % 60);
-  }
-  return text;
-}
-
-std::string grouped(double value) {
-  return dissect::format_count(static_cast<index_t>(std::llround(value)));
-}
-
 int threads_in_use() {
 #ifdef _OPENMP
   return Eigen::nbThreads();
@@ -462,12 +367,7 @@ int threads_in_use() {
 #endif
 }
 
-/// The curves of a run, as --curves writes them and --compare reads them: one row per step.
-struct Curves {
-  std::vector<double> step, lr, train;  ///< steps 1 … S
-  std::vector<double> val_step, val;    ///< the evaluations, step 0 first
-};
-
+/// The curves as CSV, one row per step (--curves writes them, --compare reads them).
 std::string curves_csv(const Curves& c) {
   std::string out = "step,lr,train_loss,val_loss\n";
   char row[128];
@@ -518,23 +418,6 @@ Curves read_curves(const std::string& path) {
   return curves;
 }
 
-/// What a report line says; `val` < 0 when there is none (a redraw between reports).
-void print_progress(bool tty, bool final_line, index_t step, index_t steps, double loss, double val,
-                    double lr, double tokens_per_second, double eta_seconds) {
-  char line[256];
-  int used = std::snprintf(line, sizeof line, "step %6lld/%lld  loss %.4f",
-                           static_cast<long long>(step), static_cast<long long>(steps), loss);
-  if (val >= 0) used += std::snprintf(line + used, sizeof line - used, "  val %.4f", val);
-  std::snprintf(line + used, sizeof line - static_cast<std::size_t>(used),
-                "  lr %.2e  %s tok/s  ETA %s", lr, grouped(tokens_per_second).c_str(),
-                format_duration(eta_seconds).c_str());
-  // On a terminal "\r" returns to the line's start and the padding wipes a longer old line.
-  if (tty) std::printf("\r%-90s", line);
-  if (!tty) std::printf("%s", line);
-  if (final_line) std::printf("\n");
-  std::fflush(stdout);
-}
-
 // ---- checkpoints --------------------------------------------------------------------------------
 
 /// The "__metadata__" of the files train_gpt writes (the keys are listed at the top).
@@ -542,14 +425,10 @@ std::map<std::string, std::string> checkpoint_metadata(const Flags& flags,
                                                        const dissect::TransformerConfig& config,
                                                        const Corpus& corpus, index_t step,
                                                        std::optional<double> val_loss) {
-  std::string bytes = "[";
-  for (const unsigned char byte : corpus.vocab) {
-    bytes += (bytes.size() > 1 ? "," : "") + std::to_string(byte);
-  }
   // The family and config as save_model writes them, so --init can compare them too.
   std::map<std::string, std::string> metadata = {
       {dissect::family_key, "gpt2"},  {dissect::config_key, dissect::config_to_json(config).dump()},
-      {"dissect.tokenizer", "bytes"}, {"dissect.vocab_bytes", bytes + "]"},
+      {"dissect.tokenizer", "bytes"}, {vocab_bytes_key, corpus.vocab.to_json()},
       {"step", std::to_string(step)}, {"seed", std::to_string(flags.seed)},
       {"producer", "train_gpt"}};
   if (val_loss) {
@@ -574,7 +453,7 @@ void load_initial_weights(Model& model, const std::string& path,
   const dissect::SafetensorsFile& file = *opened;
   for (const auto& [key, value] : file.metadata()) {
     const auto ours = expected.find(key);
-    const bool compared = key == dissect::family_key || key == "dissect.vocab_bytes" ||
+    const bool compared = key == dissect::family_key || key == vocab_bytes_key ||
                           (ours != expected.end() && key != "step" && key != "seed" &&
                            key != "producer" && key != "val_loss");
     if (compared && ours != expected.end() && key == dissect::config_key && ours->second != value) {
@@ -591,11 +470,11 @@ void load_initial_weights(Model& model, const std::string& path,
     }
     if (compared && (ours == expected.end() || ours->second != value)) {
       throw UsageError("--init: " + path + " holds a model with " + key + " " +
-                       (key == "dissect.vocab_bytes" ? "of another vocabulary" : value) +
+                       (key == vocab_bytes_key ? "of another vocabulary" : value) +
                        ", the flags and data give " +
-                       (ours == expected.end()         ? std::string("none")
-                        : key == "dissect.vocab_bytes" ? std::string("this data's")
-                                                       : ours->second));
+                       (ours == expected.end()   ? std::string("none")
+                        : key == vocab_bytes_key ? std::string("this data's")
+                                                 : ours->second));
     }
   }
   try {
@@ -636,7 +515,7 @@ int run(const Flags& flags, Outputs& outputs) {
   }
   std::vector<index_t> ids(corpus.text.size());
   std::transform(corpus.text.begin(), corpus.text.end(), ids.begin(),
-                 [&](char c) { return corpus.id_of[static_cast<unsigned char>(c)]; });
+                 [&](char c) { return corpus.vocab.id_of[static_cast<unsigned char>(c)]; });
   const auto n = static_cast<index_t>(ids.size());
   const index_t n_train = n * 9 / 10;  // n < 2^60: no overflow
   const std::span<const index_t> train(ids.data(), static_cast<std::size_t>(n_train));
@@ -649,7 +528,7 @@ int run(const Flags& flags, Outputs& outputs) {
                      " has " + std::to_string(valid.size()));
   }
 
-  const auto vocab = static_cast<index_t>(corpus.vocab.size());
+  const index_t vocab = corpus.vocab.size();
   const auto config = model_config(flags, vocab);
   Model model(config, {.seed = flags.seed});
   if (!flags.init.empty()) {
@@ -705,10 +584,7 @@ int run(const Flags& flags, Outputs& outputs) {
     sample_batch(valid, T, valid_generator, valid_batches.emplace_back(B, T));
   }
   dissect::Generator train_generator(flags.seed + 1000);
-  Batch batch(B, T);
-  Model::Cache cache;
 
-  const bool tty = isatty(fileno(stdout)) == 1;
   Curves curves;
   curves.val_step.push_back(0);
   curves.val.push_back(evaluate(model, valid_batches, B, T));
@@ -716,57 +592,14 @@ int run(const Flags& flags, Outputs& outputs) {
               static_cast<long long>(flags.steps), curves.val.back());
   std::fflush(stdout);
 
-  const auto start = Clock::now();
-  auto last_redraw = start;
-  double train_seconds = 0, interval_seconds = 0, interval_loss = 0;
-  index_t interval_steps = 0;
-  for (index_t step = 0; step < flags.steps; ++step) {
-    const auto step_start = Clock::now();
-    sample_batch(train, T, train_generator, batch);
-    const double lr = learning_rate(flags, step);
-    optimizers.set_lr(lr);
-    model.zero_grad();
-    const float loss =
-        model.loss_and_backward(dissect::TokenBatch{batch.inputs, B, T}, batch.targets, cache);
-    if (!std::isfinite(loss)) {
-      if (tty) std::printf("\n");
-      throw std::runtime_error("training diverged: the loss of step " + std::to_string(step + 1) +
-                               " is " + std::to_string(loss) + " (try a lower --lr)");
-    }
-    optimizers.step();
-    const double seconds = seconds_since(step_start);
-    train_seconds += seconds;
-    interval_seconds += seconds;
-    interval_loss += loss;
-    ++interval_steps;
-    curves.step.push_back(static_cast<double>(step + 1));
-    curves.lr.push_back(lr);
-    curves.train.push_back(loss);
-
-    const index_t done = step + 1;
-    const bool report = done % flags.eval_every == 0 || done == flags.steps;
-    const double tokens_per_second =
-        static_cast<double>(interval_steps * B * T) / std::max(interval_seconds, 1e-9);
-    double val = -1;
-    if (report) {
-      val = evaluate(model, valid_batches, B, T);
-      curves.val_step.push_back(static_cast<double>(done));
-      curves.val.push_back(val);
-    }
-    const double eta =
-        seconds_since(start) / static_cast<double>(done) * static_cast<double>(flags.steps - done);
-    // A terminal's line is redrawn at most ten times a second: tiny models take microseconds a
-    // step.
-    const bool redraw = tty && seconds_since(last_redraw) >= 0.1;
-    if (redraw) last_redraw = Clock::now();
-    if (report || redraw) {
-      print_progress(tty, report, done, flags.steps,
-                     interval_loss / static_cast<double>(interval_steps), val, lr,
-                     tokens_per_second, eta);
-    }
-    if (report) interval_loss = 0, interval_steps = 0, interval_seconds = 0;
-  }
-  const double total_seconds = seconds_since(start);
+  const dissect::examples::TrainLoop loop{.steps = flags.steps,
+                                          .eval_every = flags.eval_every,
+                                          .batch = B,
+                                          .context = T,
+                                          .lr = flags.lr,
+                                          .warmup = warmup_steps(flags)};
+  const auto time = dissect::examples::train_model(model, optimizers, loop, train, train_generator,
+                                                   valid_batches, curves);
   const index_t last = std::min(flags.steps, flags.eval_every);
   double last_mean = 0;
   for (index_t i = flags.steps - last; i < flags.steps; ++i)
@@ -776,8 +609,8 @@ int run(const Flags& flags, Outputs& outputs) {
       "final: train loss %.4f (mean of the last %lld steps), val loss %.4f; %lld steps in "
       "%.1f s, training %.1f s = %s tok/s\n",
       last_mean, static_cast<long long>(last), curves.val.back(),
-      static_cast<long long>(flags.steps), total_seconds, train_seconds,
-      grouped(static_cast<double>(flags.steps * B * T) / train_seconds).c_str());
+      static_cast<long long>(flags.steps), time.total, time.training,
+      grouped(static_cast<double>(flags.steps * B * T) / time.training).c_str());
 
   if (outputs.checkpoint.enabled()) {
     dissect::save_model(outputs.checkpoint.path(), model,
@@ -791,17 +624,8 @@ int run(const Flags& flags, Outputs& outputs) {
   }
   if (figure.enabled()) {
     namespace ex = dissect::examples;
-    // The training loss per step is noisy; its mean over each report interval is drawn on top,
-    // at the interval's middle (steps from + 1 … to).
-    std::vector<double> mean_step, mean_loss;
-    for (std::size_t i = 1; i < curves.val_step.size(); ++i) {
-      const auto from = static_cast<std::size_t>(curves.val_step[i - 1]);
-      const auto to = static_cast<std::size_t>(curves.val_step[i]);
-      double sum = 0;
-      for (std::size_t k = from; k < to; ++k) sum += curves.train[k];
-      mean_step.push_back(0.5 * (curves.val_step[i - 1] + 1 + curves.val_step[i]));
-      mean_loss.push_back(sum / static_cast<double>(to - from));
-    }
+    // The training loss per step is noisy; its mean over each report interval is drawn on top.
+    const auto [mean_step, mean_loss] = ex::interval_means(curves);
     std::vector<ex::Series> loss_series = {
         ex::line(curves.step, curves.train,
                  {.label = "train (per step)", .color = "#aec7e8", .width = 1}),

@@ -62,8 +62,8 @@ using Clock = std::chrono::steady_clock;
 
 using dissect::examples::check_range;
 using dissect::examples::check_real;
+using dissect::examples::FlagDeclarer;
 using dissect::examples::UsageError;
-using dissect::examples::whole_number;
 
 // Limits that keep a typo from asking for days of work or more memory than a desktop has: 1000
 // epochs of the default model take minutes to half an hour, and it needs 25 MB of the 4 GiB.
@@ -109,17 +109,9 @@ std::vector<index_t> model_widths(const Flags& flags) {
 
 /// Declares every flag on `app`, parsed into `flags`; validate() then checks them.
 void add_flags(CLI::App& app, Flags& flags) {
-  // Each option under the current help group, with its metavariable; integers get the
-  // whole_number check.
-  std::string group;
-  const auto option = [&](const char* name, auto& value, const char* metavar,
-                          const std::string& help) {
-    CLI::Option* added = app.add_option(name, value, help)->type_name(metavar)->group(group);
-    using Value = std::remove_reference_t<decltype(value)>;
-    if constexpr (std::is_integral_v<Value>) added->check(whole_number<Value>());
-  };
+  FlagDeclarer option(app);
 
-  group = "Model and optimisation";
+  option.group("Model and optimisation");
   option("--hidden", flags.hidden_text, "LIST",
          "hidden layer widths, comma-separated; \"\" for a linear classifier (default 256,128)");
   option("--init", flags.init, "NAME",
@@ -129,7 +121,7 @@ void add_flags(CLI::App& app, Flags& flags) {
   option("--lr", flags.lr, "X",
          "learning rate, finite and > 0 (default 1e-3 for adam/adamw, 0.05 for sgd)");
   option("--momentum", flags.momentum, "X", "SGD momentum, in [0, 1) (default 0.9)");
-  app.add_flag("--nesterov", flags.nesterov, "SGD with Nesterov momentum")->group(group);
+  app.add_flag("--nesterov", flags.nesterov, "SGD with Nesterov momentum")->group(option.group());
   option("--weight-decay", flags.weight_decay, "X",
          "Adam/SGD: L2 term added to the gradient; AdamW: decoupled (default 0; 0.01 for adamw)");
   option("--epochs", flags.epochs, "N", "passes over the training set, 1 to 1000 (default 10)");
@@ -138,7 +130,7 @@ void add_flags(CLI::App& app, Flags& flags) {
          "layer i starts from dissect::Generator(S + i); the batch order comes from "
          "dissect::Generator(S + 1000) (default 0)");
 
-  group = "Data";
+  option.group("Data");
   option("--data", flags.data, "DIR",
          "directory of the gzipped IDX files (default " + flags.data + ")");
   option("--train-limit", flags.train_limit, "N",
@@ -150,9 +142,9 @@ void add_flags(CLI::App& app, Flags& flags) {
                "(x − 0.2860) / 0.3530, with the training set's mean and standard deviation (over "
                "10 epochs that gives 88.7–89.2 % test accuracy instead of 88.0–88.6 % for seeds "
                "0–3)")
-      ->group(group);
+      ->group(option.group());
 
-  group = "Output and machine";
+  option.group("Output and machine");
   option("--threads", flags.threads, "N",
          "threads for Eigen's GEMM, 1 to 1024 (needs a build with -DDISSECT_USE_OPENMP=ON)");
   option("--svg", flags.svg, "PATH",

@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 
 namespace dissect::examples {
@@ -54,6 +55,34 @@ CLI::Validator whole_number() {
       },
       "");
 }
+
+/// Declares an example's flags group by group: option(name, value, metavar, help) adds one under
+/// the current help group with its metavariable, and gives integers (and optional integers) the
+/// whole_number check. Returns the CLI11 option, for ->required() and the like.
+class FlagDeclarer {
+ public:
+  explicit FlagDeclarer(CLI::App& app) : app_(app) {}
+  void group(std::string name) { group_ = std::move(name); }
+  /// The current help group, for flags declared on the app directly (add_flag).
+  const std::string& group() const { return group_; }
+  template <class Value>
+  CLI::Option* operator()(const char* name, Value& value, const char* metavar,
+                          const std::string& help) {
+    CLI::Option* added = app_.add_option(name, value, help)->type_name(metavar)->group(group_);
+    if constexpr (std::is_integral_v<Value>) added->check(whole_number<Value>());
+    if constexpr (requires { typename Value::value_type; }) {
+      if constexpr (std::is_same_v<Value, std::optional<typename Value::value_type>> &&
+                    std::is_integral_v<typename Value::value_type>) {
+        added->check(whole_number<typename Value::value_type>());
+      }
+    }
+    return added;
+  }
+
+ private:
+  CLI::App& app_;
+  std::string group_;
+};
 
 /// @throws UsageError "flag: must be in [low, high], got value" unless low <= value <= high.
 template <class Integer>

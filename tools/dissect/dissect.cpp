@@ -33,6 +33,7 @@
 #include "dissect/io/huggingface.hpp"
 #include "dissect/io/model_file.hpp"
 #include "dissect/models/generate.hpp"
+#include "tools/common/byte_vocab.hpp"
 #include "tools/common/parse.hpp"
 #include "tools/common/table.hpp"
 
@@ -44,10 +45,6 @@ namespace fs = std::filesystem;
 constexpr int exit_ok = 0;
 constexpr int exit_other = 1;
 constexpr int exit_bad_input = 2;
-
-/// The metadata key under which a byte-level model (examples/train_gpt) keeps its vocabulary:
-/// a JSON array of the byte value of token ids 0, 1, …
-constexpr const char* vocab_key = "dissect.vocab_bytes";
 
 // ---- a checkpoint and what it says about its model ----------------------------------------------
 
@@ -362,53 +359,21 @@ struct GenerateOptions {
   std::uint64_t seed = 0;
 };
 
-/// A byte vocabulary: token id i stands for the byte bytes[i].
-struct ByteVocab {
-  std::vector<unsigned char> bytes;
-  std::array<index_t, 256> id_of{};  ///< −1: not in the vocabulary
-
-  static std::optional<ByteVocab> of(const dissect::Checkpoint& checkpoint) {
-    const auto found = checkpoint.metadata().find(vocab_key);
-    if (found == checkpoint.metadata().end()) return std::nullopt;
-    const auto bad = [&] {
-      return dissect::FormatError(
-          dissect::detail::concat(checkpoint.path().string(), ": metadata \"", vocab_key,
-                                  "\" must be a JSON array of distinct byte values 0 … 255"));
-    };
-    nlohmann::json json;
-    try {
-      json = nlohmann::json::parse(found->second);
-    } catch (const nlohmann::json::exception&) {
-      throw bad();
+/// The ids of `text` in a byte vocabulary (train_gpt's checkpoints).
+/// @throws ConfigError naming --prompt and the first byte the vocabulary lacks.
+std::vector<index_t> encode(const dissect::tools::ByteVocab& vocab, const std::string& text) {
+  std::vector<index_t> ids;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const index_t id = vocab.id_of[static_cast<unsigned char>(text[i])];
+    if (id < 0) {
+      throw dissect::ConfigError(dissect::detail::concat(
+          "--prompt: byte ", i, " (", static_cast<int>(static_cast<unsigned char>(text[i])),
+          ") is not in the model's vocabulary"));
     }
-    if (!json.is_array()) throw bad();
-    ByteVocab vocab;
-    vocab.id_of.fill(-1);
-    for (const auto& value : json) {
-      if (!value.is_number_integer() || value.get<int>() < 0 || value.get<int>() > 255 ||
-          vocab.id_of[value.get<std::size_t>()] >= 0) {
-        throw bad();
-      }
-      vocab.id_of[value.get<std::size_t>()] = static_cast<index_t>(vocab.bytes.size());
-      vocab.bytes.push_back(static_cast<unsigned char>(value.get<int>()));
-    }
-    return vocab;
+    ids.push_back(id);
   }
-
-  std::vector<index_t> encode(const std::string& text) const {
-    std::vector<index_t> ids;
-    for (std::size_t i = 0; i < text.size(); ++i) {
-      const index_t id = id_of[static_cast<unsigned char>(text[i])];
-      if (id < 0) {
-        throw dissect::ConfigError(dissect::detail::concat(
-            "--prompt: byte ", i, " (", static_cast<int>(static_cast<unsigned char>(text[i])),
-            ") is not in the model's vocabulary"));
-      }
-      ids.push_back(id);
-    }
-    return ids;
-  }
-};
+  return ids;
+}
 
 std::vector<index_t> parse_ids(const std::string& text) {
   std::vector<index_t> ids;
@@ -431,7 +396,8 @@ int run_generation(const Source& source, const GenerateOptions& o) {
   } else {
     dissect::load_state_dict(model, source.checkpoint);
   }
-  const auto vocab = ByteVocab::of(source.checkpoint);
+  const auto vocab = dissect::tools::ByteVocab::from_metadata(source.checkpoint.metadata(),
+                                                              source.checkpoint.path().string());
   std::vector<index_t> prompt;
   if (o.prompt) {
     if (!vocab) {
@@ -439,7 +405,7 @@ int run_generation(const Source& source, const GenerateOptions& o) {
           "--prompt: this checkpoint carries no vocabulary (no tokenizer files can be fetched "
           "here); give token ids with --tokens");
     }
-    prompt = vocab->encode(*o.prompt);
+    prompt = encode(*vocab, *o.prompt);
     std::cout << *o.prompt;
   } else {
     prompt = parse_ids(*o.tokens);
