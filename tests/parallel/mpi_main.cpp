@@ -36,8 +36,12 @@ int main(int argc, char** argv) {
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new RankFailurePrinter(rank));
   }
-  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  const int failed_here = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  int failed = failed_here;
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && failed && !failed_here) {
+    std::fprintf(stderr, "FAILED on another rank (see its [rank N] lines above)\n");
+  }
   MPI_Finalize();
   return failed;
 }
