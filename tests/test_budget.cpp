@@ -411,3 +411,34 @@ TEST(Format, BytesInDecimalAndBinaryUnits) {
 
 }  // namespace
 }  // namespace dissect
+
+namespace dissect {
+namespace {
+
+TEST(TensorParallelBudget, OneDeviceHoldsEverythingAndPDevicesAShare) {
+  BudgetInputs inputs;
+  inputs.context = 2048;
+  const Budget b = compute_budget(find_preset("llama-7b").config, inputs);
+  const TensorParallelBudget one = tensor_parallel_budget(b, 4096, 1);
+  EXPECT_EQ(one.weights_bytes_per_device, b.weights_bytes);
+  EXPECT_EQ(one.kv_bytes_per_sequence_per_device, b.kv_bytes_per_sequence);
+  const TensorParallelBudget eight = tensor_parallel_budget(b, 4096, 8);
+  EXPECT_EQ(eight.weights_bytes_per_device, b.weights_bytes / 8);  // 13,476,831,232 = 8·…
+  EXPECT_EQ(eight.kv_bytes_per_token_per_device, 524288 / 8);      // 2·32·32·128·2 B / 8
+  // Two all-reduces of B·T·D per layer in forward: 2·4096 fp16 values per token.
+  EXPECT_EQ(eight.all_reduce_values_per_token_per_layer, 8192);
+  EXPECT_EQ(eight.all_reduce_bytes_per_token_per_layer, 16384);
+}
+
+TEST(TensorParallelBudget, RanksThatDoNotDivideTheHeadsAreAConfigError) {
+  BudgetInputs inputs;
+  inputs.context = 4096;
+  const Budget b = compute_budget(find_preset("llama-2-70b").config, inputs);
+  EXPECT_THROW_WITH(tensor_parallel_budget(b, 8192, 16), ConfigError,
+                    "16 tensor-parallel ranks do not divide n_kv_heads = 8");
+  EXPECT_THROW_WITH(tensor_parallel_budget(b, 8192, 0), ConfigError, "must be > 0");
+  EXPECT_NO_THROW(tensor_parallel_budget(b, 8192, 8));
+}
+
+}  // namespace
+}  // namespace dissect

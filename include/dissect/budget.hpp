@@ -153,6 +153,27 @@ struct Budget {
   std::optional<PrefillTime> prefill;  ///< set when peak_flops is
 };
 
+/// Tensor parallelism over P devices (Megatron-LM, as in dissect/parallel): every device holds
+/// 1/P of each weight matrix and the K and V of H_kv/P heads, and every layer all-reduces two
+/// [B, T, D] activations in forward (after attention's output projection and after the FFN's down
+/// projection) and two in backward.
+struct TensorParallelBudget {
+  index_t ranks = 1;
+  /// ⌈weights_bytes / P⌉: every parameter counted as split. Replicated ones (norms, the biases of
+  /// row-parallel layers) make the truth slightly larger: about 0.01 % of a 7B model.
+  index_t weights_bytes_per_device = 0;
+  index_t kv_bytes_per_token_per_device = 0;          ///< ⌈kv_bytes_per_token / P⌉
+  index_t kv_bytes_per_sequence_per_device = 0;       ///< ⌈kv_bytes_per_sequence / P⌉
+  index_t all_reduce_values_per_token_per_layer = 0;  ///< 2·D in forward (B·T·D per all-reduce)
+  /// The values in the activation dtype: fp32 when the weights are fp32, else 2 bytes (fp16/bf16).
+  index_t all_reduce_bytes_per_token_per_layer = 0;
+};
+
+/// The per-device share of `budget` over `ranks` devices, for a model of width `d_model`.
+/// @throws ConfigError naming the field if ranks ≤ 0 or ranks does not divide H or H_kv (heads are
+///         what attention splits, exactly as ParallelAttention requires); OverflowError.
+TensorParallelBudget tensor_parallel_budget(const Budget& budget, index_t d_model, index_t ranks);
+
 /// Bytes of `parameters` weights in `dtype` (rounded up for int4).
 /// @throws ConfigError if `parameters` < 0 or the size overflows int64.
 index_t weight_bytes(index_t parameters, Dtype dtype);
@@ -385,6 +406,34 @@ inline Budget compute_budget(const ModelSize& model, const BudgetInputs& inputs)
 inline Budget compute_budget(const TransformerConfig& config, const BudgetInputs& inputs) {
   return detail::compute_budget(model_size(config), forward_shape(config), /*exact_weights=*/true,
                                 inputs);
+}
+
+inline TensorParallelBudget tensor_parallel_budget(const Budget& budget, index_t d_model,
+                                                   index_t ranks) {
+  constexpr std::string_view what = "tensor_parallel_budget";
+  if (ranks <= 0) {
+    throw ConfigError(detail::concat(what, ": tensor-parallel ranks must be > 0, got ", ranks));
+  }
+  if (d_model <= 0) throw ConfigError(detail::concat(what, ": d_model must be > 0, got ", d_model));
+  for (const auto& [name, heads] :
+       {std::pair<const char*, index_t>{"n_heads", budget.model.n_heads},
+        {"n_kv_heads", budget.model.n_kv_heads}}) {
+    if (heads % ranks != 0) {
+      throw ConfigError(detail::concat(what, ": ", ranks, " tensor-parallel ranks do not divide ",
+                                       name, " = ", heads, " (attention is split by heads)"));
+    }
+  }
+  const auto share = [&](index_t bytes) { return bytes / ranks + (bytes % ranks != 0 ? 1 : 0); };
+  TensorParallelBudget tp;
+  tp.ranks = ranks;
+  tp.weights_bytes_per_device = share(budget.weights_bytes);
+  tp.kv_bytes_per_token_per_device = share(budget.kv_bytes_per_token);
+  tp.kv_bytes_per_sequence_per_device = share(budget.kv_bytes_per_sequence);
+  tp.all_reduce_values_per_token_per_layer = checked_mul(2, d_model, what);
+  const index_t activation_bytes = budget.inputs.weight_dtype == Dtype::fp32 ? 4 : 2;
+  tp.all_reduce_bytes_per_token_per_layer =
+      checked_mul(tp.all_reduce_values_per_token_per_layer, activation_bytes, what);
+  return tp;
 }
 
 }  // namespace dissect

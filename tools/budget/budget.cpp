@@ -52,6 +52,7 @@ struct Options {
   std::optional<index_t> memory;
   double reserve = 0.0;
   std::optional<double> bandwidth, peak;
+  std::optional<index_t> tensor_parallel;
   bool json = false, list_presets = false;
 };
 
@@ -150,6 +151,10 @@ void add_flags(CLI::App& app, Options& o) {
   valued("--batch", "B", device, "sequences decoded together (default: as many as fit, else 1)",
          [&](auto f, auto v) { o.batch = tools::parse_count(v, f); });
 
+  valued("--tensor-parallel", "P", device,
+         "split over P devices (Megatron): weights and KV cache per device, all-reduce traffic",
+         [&](auto f, auto v) { o.tensor_parallel = tools::parse_count(v, f); });
+
   flag("--json", "Output", "one JSON object instead of the table", [&] { o.json = true; });
 }
 
@@ -246,6 +251,7 @@ struct Report {
   std::optional<index_t> approx;         // 12·D²·L, unset when unknown or beyond int64
   std::optional<double> coverage;        // approx / parameters
   std::optional<double> more_sequences;  // left after the 1st / KV per sequence
+  std::optional<dissect::TensorParallelBudget> tensor_parallel;  // with --tensor-parallel
 };
 
 Report compute(const Options& o) {
@@ -279,6 +285,15 @@ Report compute(const Options& o) {
   if (b.memory && b.memory->max_sequences > 0) {
     r.more_sequences = static_cast<double>(b.memory->free_after_first_bytes) /
                        static_cast<double>(b.kv_bytes_per_sequence);
+  }
+  if (o.tensor_parallel) {
+    // D is known whenever the KV shape is: from the config, or H·d_k with --params.
+    try {
+      r.tensor_parallel =
+          dissect::tensor_parallel_budget(b, r.model.d_model.value_or(0), *o.tensor_parallel);
+    } catch (const ConfigError& error) {
+      throw ConfigError(dissect::detail::concat("--tensor-parallel: ", error.what()));
+    }
   }
   // The only doubles that can leave the finite range come from the two rates.
   if (b.decode) {
@@ -366,6 +381,17 @@ std::string render_json(const Report& r) {
                                  {"master_weights", b.training.master_weights},
                                  {"adam_moments", b.training.adam_moments},
                                  {"total", b.training.total}};
+  if (const auto& tp = r.tensor_parallel) {
+    json["tensor_parallel"] = {
+        {"ranks", tp->ranks},
+        {"weights_bytes_per_device", tp->weights_bytes_per_device},
+        {"kv_bytes_per_token_per_device", tp->kv_bytes_per_token_per_device},
+        {"kv_bytes_per_sequence_per_device", tp->kv_bytes_per_sequence_per_device},
+        {"all_reduce_values_per_token_per_layer", tp->all_reduce_values_per_token_per_layer},
+        {"all_reduce_bytes_per_token_per_layer", tp->all_reduce_bytes_per_token_per_layer}};
+  } else {
+    json["tensor_parallel"] = nullptr;
+  }
   return json.dump(2) + '\n';
 }
 
@@ -502,6 +528,19 @@ std::string render_table(const Report& r) {
                    " matrix weights, the output head included; attention over the full T×T)"
              : "  (--params: every parameter counted as a matrix weight; attention over the full "
                "T×T)");
+
+  if (const auto& tp = r.tensor_parallel) {
+    t.line("");
+    t.line(dissect::detail::concat("tensor parallel over P = ", tp->ranks,
+                                   " devices (Megatron: matrices and heads split)"));
+    t.bytes_row("weights per device", tp->weights_bytes_per_device);
+    t.bytes_row("KV cache per token per device", tp->kv_bytes_per_token_per_device);
+    t.bytes_row("KV per sequence per device", tp->kv_bytes_per_sequence_per_device);
+    t.row("all-reduce per token per layer",
+          dissect::format_count(tp->all_reduce_bytes_per_token_per_layer) +
+              " B  (2 x D = " + dissect::format_count(tp->all_reduce_values_per_token_per_layer) +
+              " values in forward; as many again in backward)");
+  }
 
   t.line("");
   t.line(dissect::detail::concat("training with Adam (", dissect::dtype_name(b.inputs.weight_dtype),
