@@ -50,6 +50,15 @@ class ColumnParallelLinear : public ParameterMethods<ColumnParallelLinear<Scalar
   ColumnParallelLinear(const Linear<Scalar>& full, const Communicator& comm,
                        std::span<const index_t> parts);
 
+  /// From this rank's slice already cut (read from a checkpoint, say): `local` holds rank p's
+  /// rows, as the constructors above would take them, of a full layer with `out_features` rows
+  /// (made of `parts`, as above; empty for one part). Only the slice is ever in memory. A
+  /// collective: the full shape is agreed across ranks.
+  /// @throws ShapeError (every rank) if the ranks disagree about the full shape or `local` does
+  ///         not have this rank's share of rows; ConfigError as above.
+  ColumnParallelLinear(Linear<Scalar> local, index_t out_features, const Communicator& comm,
+                       std::span<const index_t> parts = {});
+
   index_t in_features() const { return local_.in_features(); }
   /// Of the full layer; this rank holds local_out_features() = out_features()/P of them.
   index_t out_features() const { return out_features_; }
@@ -106,6 +115,15 @@ class RowParallelLinear : public ParameterMethods<RowParallelLinear<Scalar>> {
   /// @throws ShapeError if the ranks' full layers differ in shape; ConfigError (every rank) if P
   ///         does not divide in_features or `full` has a LoRA adapter.
   RowParallelLinear(const Linear<Scalar>& full, const Communicator& comm);
+
+  /// From this rank's slice already cut: `local` (no bias) holds rank p's columns of a full
+  /// layer with `in_features` columns, `bias` the whole [out] bias (replicated) or none. A
+  /// collective, as above.
+  /// @throws ShapeError (every rank) if the ranks disagree about the full shape, `local` does not
+  ///         have this rank's share of columns or the bias is not [out]; ConfigError if P does not
+  ///         divide in_features or `local` has a bias or an adapter.
+  RowParallelLinear(Linear<Scalar> local, std::optional<Tensor<Scalar, 1>> bias,
+                    index_t in_features, const Communicator& comm);
 
   /// Of the full layer; this rank holds local_in_features() = in_features()/P columns.
   index_t in_features() const { return in_features_; }
@@ -219,26 +237,38 @@ ColumnParallelLinear<Scalar>::ColumnParallelLinear(const Linear<Scalar>& full,
 
 namespace detail {
 
+/// The widths of the fused output's parts (one part if `parts` is empty), agreed across ranks,
+/// each divisible by P, summing to out_features; returns them and sets `local_rows` to this
+/// rank's share.
+inline std::vector<index_t> column_parts(std::string_view op, index_t out_features,
+                                         const Communicator& comm, std::span<const index_t> parts,
+                                         index_t& local_rows) {
+  std::vector<index_t> widths(parts.begin(), parts.end());
+  if (widths.empty()) widths.push_back(out_features);
+  const std::vector<std::int64_t> agreed(widths.begin(), widths.end());
+  comm.agree(op, agreed, "the parts of the fused output");
+  index_t total = 0;
+  local_rows = 0;
+  for (index_t width : widths) {
+    total += width;
+    local_rows +=
+        even_share(op, widths.size() == 1 ? "out_features" : "a part's width", width, comm.size());
+  }
+  if (total != out_features) {
+    throw ConfigError(dissect::detail::concat(op, ": the parts sum to ", total,
+                                              " but out_features is ", out_features));
+  }
+  return widths;
+}
+
 /// Rank p's share of each part of `full`'s rows, stacked in part order, as a Linear.
 template <class Scalar>
 Linear<Scalar> column_slice(const Linear<Scalar>& full, const Communicator& comm,
                             std::span<const index_t> parts) {
   constexpr std::string_view op = "ColumnParallelLinear";
   agree_full_layer(op, full, comm);
-  std::vector<index_t> widths(parts.begin(), parts.end());
-  if (widths.empty()) widths.push_back(full.out_features());
-  const std::vector<std::int64_t> agreed(widths.begin(), widths.end());
-  comm.agree(op, agreed, "the parts of the fused output");
-  index_t total = 0, local_rows = 0;
-  for (index_t width : widths) {
-    total += width;
-    local_rows +=
-        even_share(op, widths.size() == 1 ? "out_features" : "a part's width", width, comm.size());
-  }
-  if (total != full.out_features()) {
-    throw ConfigError(dissect::detail::concat(op, ": the parts sum to ", total,
-                                              " but out_features is ", full.out_features()));
-  }
+  index_t local_rows = 0;
+  const auto widths = column_parts(op, full.out_features(), comm, parts, local_rows);
   Tensor<Scalar, 2> weight({local_rows, full.in_features()});
   std::optional<Tensor<Scalar, 1>> bias;
   if (full.has_bias()) bias.emplace(Shape<1>{local_rows});
@@ -254,6 +284,31 @@ Linear<Scalar> column_slice(const Linear<Scalar>& full, const Communicator& comm
   return Linear<Scalar>(std::move(weight), std::move(bias));
 }
 
+/// A slice cut elsewhere, checked against the full shape agreed across ranks. Every check that
+/// can fail on one rank only is agreed first, so all ranks throw together.
+template <class Scalar>
+Linear<Scalar> checked_column_slice(Linear<Scalar> local, index_t out_features,
+                                    const Communicator& comm, std::span<const index_t> parts) {
+  constexpr std::string_view op = "ColumnParallelLinear";
+  const std::int64_t layout[4] = {out_features, local.in_features(), local.has_bias(),
+                                  local.has_adapter()};
+  comm.agree(op, layout, "the full layer's [out_features, in_features, bias, adapter]");
+  if (local.has_adapter()) {
+    throw ConfigError(dissect::detail::concat(
+        op, ": the slice has a LoRA adapter; merge or detach it before splitting"));
+  }
+  index_t local_rows = 0;
+  column_parts(op, out_features, comm, parts, local_rows);
+  const std::int64_t rows = local.out_features();
+  comm.agree(op, std::span<const std::int64_t>(&rows, 1), "the rows of their slices");
+  if (rows != local_rows) {
+    throw ShapeError(dissect::detail::concat(op, ": the slice has ", rows,
+                                             " rows but a rank's share of ", out_features, " over ",
+                                             comm.size(), " ranks is ", local_rows));
+  }
+  return local;
+}
+
 /// Rank p's columns [p·in/P, (p+1)·in/P) of `full`'s weight, as a bias-free Linear.
 template <class Scalar>
 Linear<Scalar> row_slice(const Linear<Scalar>& full, const Communicator& comm) {
@@ -265,6 +320,33 @@ Linear<Scalar> row_slice(const Linear<Scalar>& full, const Communicator& comm) {
   return Linear<Scalar>(std::move(weight));
 }
 
+/// A row-parallel slice cut elsewhere, checked as checked_column_slice; `bias_size` is −1 for
+/// none.
+template <class Scalar>
+Linear<Scalar> checked_row_slice(Linear<Scalar> local, index_t bias_size, index_t in_features,
+                                 const Communicator& comm) {
+  constexpr std::string_view op = "RowParallelLinear";
+  const std::int64_t layout[5] = {in_features, local.out_features(), local.in_features(), bias_size,
+                                  local.has_bias() || local.has_adapter()};
+  comm.agree(op, layout,
+             "the full layer's [in_features, out_features], the slice's columns and the bias");
+  if (layout[4]) {
+    throw ConfigError(dissect::detail::concat(
+        op, ": the slice must be a plain bias-free Linear (pass the bias separately)"));
+  }
+  const index_t share = even_share(op, "in_features", in_features, comm.size());
+  if (local.in_features() != share) {
+    throw ShapeError(dissect::detail::concat(op, ": the slice has ", local.in_features(),
+                                             " columns but a rank's share of ", in_features,
+                                             " over ", comm.size(), " ranks is ", share));
+  }
+  if (bias_size >= 0 && bias_size != local.out_features()) {
+    throw ShapeError(dissect::detail::concat(op, ": the bias has ", bias_size,
+                                             " values but out_features is ", local.out_features()));
+  }
+  return local;
+}
+
 }  // namespace detail
 
 template <class Scalar>
@@ -274,6 +356,14 @@ ColumnParallelLinear<Scalar>::ColumnParallelLinear(const Linear<Scalar>& full,
     : comm_(&comm),
       out_features_(full.out_features()),
       local_(detail::column_slice(full, comm, parts)) {}
+
+template <class Scalar>
+ColumnParallelLinear<Scalar>::ColumnParallelLinear(Linear<Scalar> local, index_t out_features,
+                                                   const Communicator& comm,
+                                                   std::span<const index_t> parts)
+    : comm_(&comm),
+      out_features_(out_features),
+      local_(detail::checked_column_slice(std::move(local), out_features, comm, parts)) {}
 
 template <class Scalar>
 template <TensorLike X>
@@ -298,6 +388,18 @@ RowParallelLinear<Scalar>::RowParallelLinear(const Linear<Scalar>& full, const C
       has_bias_(full.has_bias()),
       local_(detail::row_slice(full, comm)),
       bias_(has_bias_ ? Tensor<Scalar, 1>(full.bias()) : Tensor<Scalar, 1>({0})),
+      bias_grad_(bias_.shape()) {}
+
+template <class Scalar>
+RowParallelLinear<Scalar>::RowParallelLinear(Linear<Scalar> local,
+                                             std::optional<Tensor<Scalar, 1>> bias,
+                                             index_t in_features, const Communicator& comm)
+    : comm_(&comm),
+      in_features_(in_features),
+      has_bias_(bias.has_value()),
+      local_(
+          detail::checked_row_slice(std::move(local), bias ? bias->size() : -1, in_features, comm)),
+      bias_(bias ? std::move(*bias) : Tensor<Scalar, 1>({0})),
       bias_grad_(bias_.shape()) {}
 
 template <class Scalar>
