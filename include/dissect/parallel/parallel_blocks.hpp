@@ -19,6 +19,7 @@
 #include "dissect/module.hpp"
 #include "dissect/parallel/communicator.hpp"
 #include "dissect/parallel/parallel_linear.hpp"
+#include "dissect/rope.hpp"
 #include "dissect/tensor.hpp"
 
 namespace dissect::parallel {
@@ -42,6 +43,10 @@ class ParallelFeedForward : public ComposedModule<ParallelFeedForward<Scalar>> {
   /// @throws ConfigError (every rank) if P does not divide d_ff; ShapeError if the ranks' blocks
   ///         differ in shape.
   ParallelFeedForward(const FeedForward<Scalar>& full, const Communicator& comm);
+  /// From slices already split (load_parallel_layer reads them from a checkpoint).
+  /// @throws ConfigError if up and down do not fit together.
+  ParallelFeedForward(ColumnParallelLinear<Scalar> up, RowParallelLinear<Scalar> down,
+                      Activation activation, const Communicator& comm);
 
   index_t d_model() const { return up_.in_features(); }
   index_t d_ff() const { return up_.out_features(); }
@@ -94,6 +99,9 @@ class ParallelGatedFeedForward : public ComposedModule<ParallelGatedFeedForward<
 
   /// @throws as ParallelFeedForward's.
   ParallelGatedFeedForward(const GatedFeedForward<Scalar>& full, const Communicator& comm);
+  /// From slices already split. @throws ConfigError if the three do not fit together.
+  ParallelGatedFeedForward(ColumnParallelLinear<Scalar> gate, ColumnParallelLinear<Scalar> up,
+                           RowParallelLinear<Scalar> down, const Communicator& comm);
 
   index_t d_model() const { return up_.in_features(); }
   index_t d_ff() const { return up_.out_features(); }
@@ -151,6 +159,11 @@ class ParallelAttention : public ComposedModule<ParallelAttention<Scalar>> {
   ///         D or H; ShapeError if the ranks' blocks differ in shape.
   ParallelAttention(const QKVProjection<Scalar>& qkv, const AttentionOutput<Scalar>& out,
                     const Communicator& comm);
+  /// From slices already split: `qkv` holds this rank's heads of q, k and v (its parts
+  /// [H·d_k, H_kv·d_k, H_kv·d_k]), `proj` its D/P columns. @throws ConfigError (every rank) if P
+  /// does not divide H or H_kv, H does not divide D or the slices do not fit the heads.
+  ParallelAttention(ColumnParallelLinear<Scalar> qkv, RowParallelLinear<Scalar> proj,
+                    index_t n_heads, index_t n_kv_heads, const Communicator& comm);
 
   index_t d_model() const { return proj_.out_features(); }
   index_t n_heads() const { return n_heads_; }
@@ -163,19 +176,24 @@ class ParallelAttention : public ComposedModule<ParallelAttention<Scalar>> {
   RowParallelLinear<Scalar>& proj() { return proj_; }
   const RowParallelLinear<Scalar>& proj() const { return proj_; }
 
-  /// x: [B, T, D] (the same on every rank) → y = proj(attention(qkv(x))): [B, T, D].
+  /// x: [B, T, D] (the same on every rank) → y = proj(attention(qkv(x))): [B, T, D]. With a
+  /// RoPE table, q and k are rotated to positions 0 … T − 1 before attention (LLaMA); the cache
+  /// then holds them rotated, as DecoderLayer's does.
   /// @throws ShapeError (every rank) if x differs across ranks or is not [B, T, D].
   Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 3> x) const {
     Cache scratch;
     return forward(x, scratch);
   }
-  Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 3> x, Cache& cache) const;
+  Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 3> x, Cache& cache,
+                            const RotaryTable<Scalar>* rope = nullptr) const;
 
   /// x, cache from forward(x, cache), dy: [B, T, D] → dx: [B, T, D] (all-reduced); adds to this
   /// rank's slices of qkv's and proj's gradients. @throws ShapeError (every rank, gradients
   /// untouched) if x, dy or the cache does not fit.
+  /// `rope`: the table forward had.
   Tensor<Scalar, 3> backward(ConstTensorView<Scalar, 3> x, const Cache& cache,
-                             ConstTensorView<Scalar, 3> dy);
+                             ConstTensorView<Scalar, 3> dy,
+                             const RotaryTable<Scalar>* rope = nullptr);
 
  private:
   friend class ComposedModule<ParallelAttention>;
@@ -187,6 +205,9 @@ class ParallelAttention : public ComposedModule<ParallelAttention<Scalar>> {
 
   static index_t checked_split(const QKVProjection<Scalar>& qkv, const AttentionOutput<Scalar>& out,
                                const Communicator& comm);
+  static index_t checked_slices(const ColumnParallelLinear<Scalar>& qkv,
+                                const RowParallelLinear<Scalar>& proj, index_t n_heads,
+                                index_t n_kv_heads, const Communicator& comm);
 
   const Communicator* comm_;
   index_t n_heads_, n_kv_heads_, head_dim_;
@@ -215,6 +236,30 @@ ParallelFeedForward<Scalar>::ParallelFeedForward(const FeedForward<Scalar>& full
       activation_(full.activation()),
       up_(full.up(), comm),
       down_(full.down(), comm) {}
+
+namespace detail {
+
+/// A column-parallel and a row-parallel half fit: D → F → D.
+template <class Scalar>
+void check_halves(std::string_view op, const ColumnParallelLinear<Scalar>& first,
+                  const RowParallelLinear<Scalar>& last) {
+  if (first.out_features() != last.in_features() || first.in_features() != last.out_features()) {
+    throw ConfigError(dissect::detail::concat(op, ": the column-parallel half maps ",
+                                              first.in_features(), " → ", first.out_features(),
+                                              " features but the row-parallel half maps ",
+                                              last.in_features(), " → ", last.out_features()));
+  }
+}
+
+}  // namespace detail
+
+template <class Scalar>
+ParallelFeedForward<Scalar>::ParallelFeedForward(ColumnParallelLinear<Scalar> up,
+                                                 RowParallelLinear<Scalar> down,
+                                                 Activation activation, const Communicator& comm)
+    : comm_(&comm), activation_(activation), up_(std::move(up)), down_(std::move(down)) {
+  detail::check_halves("ParallelFeedForward", up_, down_);
+}
 
 template <class Scalar>
 Tensor<Scalar, 3> ParallelFeedForward<Scalar>::forward(ConstTensorView<Scalar, 3> x,
@@ -250,6 +295,16 @@ template <class Scalar>
 ParallelGatedFeedForward<Scalar>::ParallelGatedFeedForward(const GatedFeedForward<Scalar>& full,
                                                            const Communicator& comm)
     : comm_(&comm), gate_(full.gate(), comm), up_(full.up(), comm), down_(full.down(), comm) {}
+
+template <class Scalar>
+ParallelGatedFeedForward<Scalar>::ParallelGatedFeedForward(ColumnParallelLinear<Scalar> gate,
+                                                           ColumnParallelLinear<Scalar> up,
+                                                           RowParallelLinear<Scalar> down,
+                                                           const Communicator& comm)
+    : comm_(&comm), gate_(std::move(gate)), up_(std::move(up)), down_(std::move(down)) {
+  detail::check_halves("ParallelGatedFeedForward", gate_, down_);
+  detail::check_halves("ParallelGatedFeedForward", up_, down_);
+}
 
 template <class Scalar>
 Tensor<Scalar, 3> ParallelGatedFeedForward<Scalar>::forward(ConstTensorView<Scalar, 3> x,
@@ -324,8 +379,45 @@ ParallelAttention<Scalar>::ParallelAttention(const QKVProjection<Scalar>& qkv,
       proj_(out.proj(), comm) {}
 
 template <class Scalar>
-Tensor<Scalar, 3> ParallelAttention<Scalar>::forward(ConstTensorView<Scalar, 3> x,
-                                                     Cache& cache) const {
+index_t ParallelAttention<Scalar>::checked_slices(const ColumnParallelLinear<Scalar>& qkv,
+                                                  const RowParallelLinear<Scalar>& proj,
+                                                  index_t n_heads, index_t n_kv_heads,
+                                                  const Communicator& comm) {
+  constexpr std::string_view op = "ParallelAttention";
+  const std::int64_t heads[2] = {n_heads, n_kv_heads};
+  comm.agree(op, heads, "[H, H_kv]");
+  const index_t d_model = proj.out_features();
+  if (n_heads <= 0 || n_kv_heads <= 0 || d_model % n_heads != 0 || n_heads % n_kv_heads != 0) {
+    throw ConfigError(dissect::detail::concat(op, ": H = ", n_heads, " and H_kv = ", n_kv_heads,
+                                              " do not split D = ", d_model, " into heads"));
+  }
+  detail::even_share(op, "n_heads", n_heads, comm.size());
+  detail::even_share(op, "n_kv_heads", n_kv_heads, comm.size());
+  const index_t head_dim = d_model / n_heads;
+  if (qkv.in_features() != d_model || proj.in_features() != d_model ||
+      qkv.out_features() != (n_heads + 2 * n_kv_heads) * head_dim) {
+    throw ConfigError(dissect::detail::concat(op, ": qkv maps ", qkv.in_features(), " → ",
+                                              qkv.out_features(), " and proj ", proj.in_features(),
+                                              " → ", d_model, ", which do not fit H = ", n_heads,
+                                              ", H_kv = ", n_kv_heads));
+  }
+  return head_dim;
+}
+
+template <class Scalar>
+ParallelAttention<Scalar>::ParallelAttention(ColumnParallelLinear<Scalar> qkv,
+                                             RowParallelLinear<Scalar> proj, index_t n_heads,
+                                             index_t n_kv_heads, const Communicator& comm)
+    : comm_(&comm),
+      n_heads_(n_heads),
+      n_kv_heads_(n_kv_heads),
+      head_dim_(checked_slices(qkv, proj, n_heads, n_kv_heads, comm)),
+      qkv_(std::move(qkv)),
+      proj_(std::move(proj)) {}
+
+template <class Scalar>
+Tensor<Scalar, 3> ParallelAttention<Scalar>::forward(ConstTensorView<Scalar, 3> x, Cache& cache,
+                                                     const RotaryTable<Scalar>* rope) const {
   constexpr const char* op = "ParallelAttention::forward";
   detail::agree_shapes(*comm_, op, x);
   dissect::detail::check_block_tokens(op, "x", x, "D", d_model());
@@ -339,6 +431,10 @@ Tensor<Scalar, 3> ParallelAttention<Scalar>::forward(ConstTensorView<Scalar, 3> 
   dissect::detail::split_heads<Scalar>(fused, 0, q);
   dissect::detail::split_heads<Scalar>(fused, heads * head_dim_, k);
   dissect::detail::split_heads<Scalar>(fused, (heads + kv_heads) * head_dim_, v);
+  if (rope) {  // positions are per token, the same for every head: local heads rotate alone
+    apply_rope_into(q, q, 0, *rope);
+    apply_rope_into(k, k, 0, *rope);
+  }
   const auto o = causal_attention(q, k, v, cache.attention);  // [B, H/P, T, d_k], local
   dissect::detail::reuse_buffer(cache.merged, Shape<3>{batch, tokens, heads * head_dim_});
   dissect::detail::merge_heads<Scalar>(o, cache.merged, 0);
@@ -348,7 +444,8 @@ Tensor<Scalar, 3> ParallelAttention<Scalar>::forward(ConstTensorView<Scalar, 3> 
 template <class Scalar>
 Tensor<Scalar, 3> ParallelAttention<Scalar>::backward(ConstTensorView<Scalar, 3> x,
                                                       const Cache& cache,
-                                                      ConstTensorView<Scalar, 3> dy) {
+                                                      ConstTensorView<Scalar, 3> dy,
+                                                      const RotaryTable<Scalar>* rope) {
   constexpr const char* op = "ParallelAttention::backward";
   const auto& [q, k, v] = cache.qkv;
   detail::agree_shapes(*comm_, op, x, dy, q, k, v, cache.attention.probs, cache.merged);
@@ -372,7 +469,11 @@ Tensor<Scalar, 3> ParallelAttention<Scalar>::backward(ConstTensorView<Scalar, 3>
   const auto d_merged = proj_.backward_agreed(cache.merged, dy);  // [B, T, D/P], no communication
   auto d_out = Tensor<Scalar, 4>::uninitialized(q.shape());
   dissect::detail::split_heads<Scalar>(d_merged, 0, d_out);
-  const auto grads = causal_attention_backward(q, k, v, cache.attention, d_out);
+  auto grads = causal_attention_backward(q, k, v, cache.attention, d_out);
+  if (rope) {
+    rope_backward_into(grads.q, grads.q, 0, *rope);
+    rope_backward_into(grads.k, grads.k, 0, *rope);
+  }
   auto d_fused = Tensor<Scalar, 3>::uninitialized({batch, tokens, qkv_.local_out_features()});
   dissect::detail::merge_heads<Scalar>(grads.q, d_fused, 0);
   dissect::detail::merge_heads<Scalar>(grads.k, d_fused, heads * head_dim_);
