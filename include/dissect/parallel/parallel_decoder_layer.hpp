@@ -1,0 +1,434 @@
+// dissect/parallel/parallel_decoder_layer.hpp — a whole GPT-2 or LLaMA decoder layer,
+// tensor-parallel.
+//
+//   x₂ = x + ParallelAttention(norm₁(x))      (heads split; RoPE on this rank's heads for LLaMA)
+//   y  = x₂ + ParallelFFN(norm₂(x₂))          (F split)
+//
+// The norms and the residual stream are replicated: every rank holds the whole [B, T, D]
+// activations, and the norms' (small) weights and gradients are the same on every rank because
+// their inputs and output gradients are. So the layer moves two all-reduces of B·T·D values in
+// forward and two in backward, as tensor_parallel_budget counts.
+//
+// Two ways to build one: from a full DecoderLayer every rank holds (each keeps its slices), or
+// from a checkpoint with load_parallel_layer, where each rank decodes only its slice of each split
+// tensor from the mapped safetensors file and the full weights are never in memory.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "dissect/config.hpp"
+#include "dissect/error.hpp"
+#include "dissect/io/detail/stored_dtype.hpp"
+#include "dissect/io/safetensors.hpp"
+#include "dissect/models/decoder_layer.hpp"
+#include "dissect/module.hpp"
+#include "dissect/norm.hpp"
+#include "dissect/parallel/communicator.hpp"
+#include "dissect/parallel/parallel_blocks.hpp"
+#include "dissect/parallel/parallel_linear.hpp"
+#include "dissect/rope.hpp"
+#include "dissect/tensor.hpp"
+
+namespace dissect::parallel {
+
+// ---- declarations -------------------------------------------------------------------------------
+
+template <class Scalar, const DecoderStyle& Style>
+class ParallelDecoderLayer : public ComposedModule<ParallelDecoderLayer<Scalar, Style>> {
+ public:
+  using scalar_type = Scalar;
+  /// The family: its parts and names.
+  static constexpr const DecoderStyle& style = Style;
+  using NormType = Normalization<Scalar, Style.norm>;
+  using FfnType = std::conditional_t<Style.ffn == Ffn::mlp, ParallelFeedForward<Scalar>,
+                                     ParallelGatedFeedForward<Scalar>>;
+
+  /// What backward needs from forward; reusable across steps.
+  struct Cache {
+    typename NormType::Cache norm1, norm2;
+    Tensor<Scalar, 3> normed1;  ///< norm₁(x): [B, T, D]
+    typename ParallelAttention<Scalar>::Cache attention;
+    Tensor<Scalar, 3> residual;  ///< x₂: [B, T, D]
+    Tensor<Scalar, 3> normed2;   ///< norm₂(x₂)
+    typename FfnType::Cache ffn;
+  };
+
+  /// Rank p's share of `full` (norms copied whole); every gradient starts at zero. A collective;
+  /// `comm` must outlive the layer.
+  /// @throws ConfigError (every rank) if P does not divide H, H_kv or F; ShapeError if the ranks'
+  ///         layers differ in shape.
+  ParallelDecoderLayer(const DecoderLayer<Scalar, Style>& full, const Communicator& comm);
+
+  /// From parts already split (what load_parallel_layer builds). @throws ConfigError if the
+  /// parts differ in D.
+  ParallelDecoderLayer(NormType norm1, ParallelAttention<Scalar> attention, NormType norm2,
+                       FfnType ffn, const Communicator& comm);
+
+  index_t d_model() const { return attention_.d_model(); }
+  const Communicator& communicator() const { return *comm_; }
+  NormType& attention_norm() { return norm1_; }
+  const NormType& attention_norm() const { return norm1_; }
+  ParallelAttention<Scalar>& attention() { return attention_; }
+  const ParallelAttention<Scalar>& attention() const { return attention_; }
+  NormType& ffn_norm() { return norm2_; }
+  const NormType& ffn_norm() const { return norm2_; }
+  FfnType& ffn() { return ffn_; }
+  const FfnType& ffn() const { return ffn_; }
+  // for_each_parameter: DecoderLayer's names ("ln_1.weight", "attn.qkv.weight", …), holding
+  // this rank's slices of the split tensors and the whole norms.
+
+  /// Training: x [B, T, D] (the same on every rank) at positions 0 … T − 1 → y [B, T, D], the
+  /// same on every rank; two all-reduces. `rope`: the model's table (rotary styles; null
+  /// otherwise). @throws ShapeError (every rank) if x differs across ranks or is not [B, T, D];
+  /// Error if a rotary layer gets no table.
+  Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 3> x, Cache& cache,
+                            const RotaryTable<Scalar>* rope) const;
+  /// The same, keeping nothing.
+  Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 3> x, const RotaryTable<Scalar>* rope) const {
+    Cache scratch;
+    return forward(x, scratch, rope);
+  }
+
+  /// x, cache from forward(x, cache, …), dy [B, T, D] → dx [B, T, D] (the same on every rank);
+  /// adds into this rank's gradients (the norms' are the same on every rank). Two all-reduces.
+  Tensor<Scalar, 3> backward(ConstTensorView<Scalar, 3> x, Cache& cache,
+                             ConstTensorView<Scalar, 3> dy, const RotaryTable<Scalar>* rope);
+
+ private:
+  friend class ComposedModule<ParallelDecoderLayer>;
+  template <class Self, class Visitor>
+  static void visit_members(Self& self, Visitor& visit) {
+    visit_child(Style.attention_norm, self.norm1_, visit);
+    visit_child(Style.attention, self.attention_, visit);
+    visit_child(Style.ffn_norm, self.norm2_, visit);
+    visit_child(Style.mlp, self.ffn_, visit);
+  }
+
+  static FfnType split_ffn(const DecoderLayer<Scalar, Style>& full, const Communicator& comm);
+  const RotaryTable<Scalar>* checked_rope(const RotaryTable<Scalar>* rope) const;
+
+  const Communicator* comm_;
+  NormType norm1_;
+  ParallelAttention<Scalar> attention_;
+  NormType norm2_;
+  FfnType ffn_;
+};
+
+/// GPT-2's block and LLaMA's decoder layer, tensor-parallel.
+template <class Scalar>
+using ParallelGPT2Block = ParallelDecoderLayer<Scalar, gpt2_style>;
+template <class Scalar>
+using ParallelLlamaDecoderLayer = ParallelDecoderLayer<Scalar, llama_style>;
+
+/// Layer `prefix` ("h.3.", "layers.0.") of `config` from a checkpoint in DecoderLayer's names (as
+/// save_model writes them), each rank decoding only its slices: rows of the column-parallel
+/// weights (for the fused qkv, its heads of q, of k and of v), columns of the row-parallel ones,
+/// and the norms and row-parallel biases whole. Dtypes convert as SafetensorsFile::load does
+/// (F32, F64, F16, BF16 into float or double). A collective: every rank of `comm` calls it,
+/// usually on the same file. Every problem with the file is found before any collective and
+/// agreed: if one rank fails, every rank throws the same exception (of the first failing rank:
+/// its type and text), so no rank is left waiting.
+/// @throws Error naming the file and tensor if one is missing or of a dtype that is not read;
+///         ShapeError if a tensor's shape is not the config's; ConfigError for an invalid config
+///         or one P does not divide.
+template <class Layer>
+Layer load_parallel_layer(const SafetensorsFile& file, std::string_view prefix,
+                          const TransformerConfig& config, const Communicator& comm);
+
+// ---- implementation -----------------------------------------------------------------------------
+
+template <class Scalar, const DecoderStyle& Style>
+auto ParallelDecoderLayer<Scalar, Style>::split_ffn(const DecoderLayer<Scalar, Style>& full,
+                                                    const Communicator& comm) -> FfnType {
+  return FfnType(full.ffn(), comm);
+}
+
+template <class Scalar, const DecoderStyle& Style>
+ParallelDecoderLayer<Scalar, Style>::ParallelDecoderLayer(const DecoderLayer<Scalar, Style>& full,
+                                                          const Communicator& comm)
+    : comm_(&comm),
+      norm1_(full.attention_norm()),
+      attention_(full.qkv(), full.attention_output(), comm),
+      norm2_(full.ffn_norm()),
+      ffn_(split_ffn(full, comm)) {
+  // The slices start with zero gradients; so do the copied norms, whatever `full` accumulated.
+  norm1_.zero_grad();
+  norm2_.zero_grad();
+}
+
+template <class Scalar, const DecoderStyle& Style>
+ParallelDecoderLayer<Scalar, Style>::ParallelDecoderLayer(NormType norm1,
+                                                          ParallelAttention<Scalar> attention,
+                                                          NormType norm2, FfnType ffn,
+                                                          const Communicator& comm)
+    : comm_(&comm),
+      norm1_(std::move(norm1)),
+      attention_(std::move(attention)),
+      norm2_(std::move(norm2)),
+      ffn_(std::move(ffn)) {
+  if (ffn_.d_model() != attention_.d_model()) {
+    throw ConfigError(dissect::detail::concat(Style.layer_name,
+                                              ": attention has D = ", attention_.d_model(),
+                                              " but the FFN has D = ", ffn_.d_model()));
+  }
+}
+
+template <class Scalar, const DecoderStyle& Style>
+const RotaryTable<Scalar>* ParallelDecoderLayer<Scalar, Style>::checked_rope(
+    const RotaryTable<Scalar>* rope) const {
+  if constexpr (Style.positions == Positions::rotary) {
+    if (!rope) {
+      throw Error(dissect::detail::concat("Parallel", Style.layer_name,
+                                          ": a rotary layer needs a RoPE table"));
+    }
+    return rope;
+  } else {
+    return nullptr;
+  }
+}
+
+template <class Scalar, const DecoderStyle& Style>
+Tensor<Scalar, 3> ParallelDecoderLayer<Scalar, Style>::forward(
+    ConstTensorView<Scalar, 3> x, Cache& cache, const RotaryTable<Scalar>* rope) const {
+  const auto* table = checked_rope(rope);
+  // The attention block agrees on x's shape before anything else communicates.
+  cache.normed1 = norm1_.forward(x, cache.norm1);
+  cache.residual = attention_.forward(cache.normed1, cache.attention, table);
+  dissect::detail::add_into<Scalar>(cache.residual, x);
+  cache.normed2 = norm2_.forward(cache.residual, cache.norm2);
+  auto y = ffn_.forward(cache.normed2, cache.ffn);
+  dissect::detail::add_into<Scalar>(y, cache.residual);
+  return y;
+}
+
+template <class Scalar, const DecoderStyle& Style>
+Tensor<Scalar, 3> ParallelDecoderLayer<Scalar, Style>::backward(ConstTensorView<Scalar, 3> x,
+                                                                Cache& cache,
+                                                                ConstTensorView<Scalar, 3> dy,
+                                                                const RotaryTable<Scalar>* rope) {
+  const auto* table = checked_rope(rope);
+  // d x₂ = dy + norm₂ᵀ(FFNᵀ(dy)); FFNᵀ all-reduces, so norm₂'s gradient is the same everywhere.
+  auto d_residual =
+      norm2_.backward(cache.residual, cache.norm2, ffn_.backward(cache.normed2, cache.ffn, dy));
+  dissect::detail::add_into<Scalar>(d_residual, dy);
+  auto dx = norm1_.backward(x, cache.norm1,
+                            attention_.backward(cache.normed1, cache.attention, d_residual, table));
+  dissect::detail::add_into<Scalar>(dx, d_residual);
+  return dx;
+}
+
+namespace detail {
+
+/// Runs `read` (local work, no collectives) on every rank, then agrees: if it threw on any rank,
+/// every rank throws the first failing rank's exception (its kind and text).
+template <class Read>
+void read_agreed(const Communicator& comm, Read&& read) {
+  int kind = -1;  // −1: no failure; 0 Error, 1 ShapeError, 2 ConfigError, 3 FormatError
+  std::string text;
+  try {
+    read();
+  } catch (const ShapeError& e) {
+    kind = 1, text = e.what();
+  } catch (const ConfigError& e) {
+    kind = 2, text = e.what();
+  } catch (const FormatError& e) {
+    kind = 3, text = e.what();
+  } catch (const std::exception& e) {
+    kind = 0, text = e.what();
+  }
+  int first = kind >= 0 ? comm.rank() : comm.size();
+  detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm.native()),
+                    "MPI_Allreduce");
+  if (first == comm.size()) return;
+  std::int64_t header[2] = {kind, static_cast<std::int64_t>(text.size())};
+  detail::check_mpi(MPI_Bcast(header, 2, MPI_INT64_T, first, comm.native()), "MPI_Bcast");
+  text.resize(static_cast<std::size_t>(header[1]));
+  detail::check_mpi(
+      MPI_Bcast(text.data(), static_cast<int>(header[1]), MPI_CHAR, first, comm.native()),
+      "MPI_Bcast");
+  switch (header[0]) {
+    case 1:
+      throw ShapeError(text);
+    case 2:
+      throw ConfigError(text);
+    case 3:
+      throw FormatError(text);
+    default:
+      throw Error(text);
+  }
+}
+
+/// Reads slices of the tensors of one checkpoint, checking each one's full shape.
+class SliceReader {
+ public:
+  SliceReader(const SafetensorsFile& file, std::string_view prefix)
+      : file_(file), prefix_(prefix) {}
+
+  std::string name(std::string_view local) const {
+    return std::string(prefix_) + std::string(local);
+  }
+
+  /// Rows [first, first + count) of tensor `local` (whose shape must be `shape`) into `target`.
+  template <class Scalar>
+  void rows(std::string_view local, const std::vector<index_t>& shape, index_t first, index_t count,
+            Scalar* target) const {
+    const Entry entry = find(local, shape);
+    const index_t row = shape.size() > 1 ? shape[1] : 1;
+    dissect::detail::decode_values(entry.bytes + first * row * entry.element, entry.kind,
+                                   count * row, target);
+  }
+
+  /// Columns [first, first + count) of the [out, in] tensor `local` into `target` [out, count].
+  template <class Scalar>
+  void columns(std::string_view local, const std::vector<index_t>& shape, index_t first,
+               index_t count, Scalar* target) const {
+    const Entry entry = find(local, shape);
+    for (index_t r = 0; r < shape[0]; ++r) {
+      dissect::detail::decode_values(entry.bytes + (r * shape[1] + first) * entry.element,
+                                     entry.kind, count, target + r * count);
+    }
+  }
+
+  /// The whole of tensor `local` into a module's parameter view.
+  template <class View>
+  void whole(std::string_view local, View target) const {
+    load_into(file_, name(local), target);
+  }
+
+ private:
+  struct Entry {
+    const std::byte* bytes;
+    index_t element;
+    dissect::detail::StoredKind kind;
+  };
+
+  Entry find(std::string_view local, const std::vector<index_t>& shape) const {
+    const std::string full = name(local);
+    const TensorInfo& info = file_.info(full);  // Error naming the file if missing
+    const auto kind = dissect::detail::readable_kind(info, "load_parallel_layer", file_.path());
+    if (info.shape != shape) {
+      throw ShapeError(dissect::detail::concat(
+          "load_parallel_layer: tensor \"", full, "\" in ", file_.path().string(), " has shape ",
+          format_shape(info.shape), ", the config needs ", format_shape(shape)));
+    }
+    return {file_.bytes(full).data(), dissect::detail::find_stored_dtype(info.dtype)->bytes, kind};
+  }
+
+  const SafetensorsFile& file_;
+  std::string_view prefix_;
+};
+
+/// A column-parallel slice: rank p's share of each part of the rows of `<linear>.weight` [out, in]
+/// (and `.bias`), read into a Linear [local_rows, in].
+template <class Scalar>
+Linear<Scalar> read_column_slice(const SliceReader& reader, const std::string& linear,
+                                 index_t in_features, std::span<const index_t> parts, bool bias,
+                                 const Communicator& comm) {
+  index_t out = 0, local_rows = 0;
+  for (index_t width : parts) {
+    out += width;
+    local_rows += even_share(linear, "out_features", width, comm.size());
+  }
+  Tensor<Scalar, 2> weight({local_rows, in_features});
+  std::optional<Tensor<Scalar, 1>> b;
+  if (bias) b.emplace(Shape<1>{local_rows});
+  index_t part_start = 0, row = 0;
+  for (index_t width : parts) {
+    const index_t share = width / comm.size(), first = part_start + comm.rank() * share;
+    reader.rows(linear + ".weight", {out, in_features}, first, share,
+                weight.data() + row * in_features);
+    if (b) reader.rows(linear + ".bias", {out}, first, share, b->data() + row);
+    part_start += width;
+    row += share;
+  }
+  return Linear<Scalar>(std::move(weight), std::move(b));
+}
+
+}  // namespace detail
+
+template <class Layer>
+Layer load_parallel_layer(const SafetensorsFile& file, std::string_view prefix,
+                          const TransformerConfig& config, const Communicator& comm) {
+  using Scalar = typename Layer::scalar_type;
+  using NormType = typename Layer::NormType;
+  using FfnType = typename Layer::FfnType;
+  constexpr bool gated = std::is_same_v<FfnType, ParallelGatedFeedForward<Scalar>>;
+  // The style, through the layer type: DecoderLayer's with the same parameters.
+  constexpr const DecoderStyle& style = Layer::style;
+  constexpr std::string_view op = "load_parallel_layer";
+
+  const index_t D = config.d_model, H = config.n_heads, H_kv = config.kv_heads(), F = config.d_ff;
+  const double eps = config.norm_eps.value_or(NormType::default_eps);
+  std::optional<NormType> norm1, norm2;
+  std::optional<Linear<Scalar>> qkv, proj, gate, up, down;
+  std::optional<Tensor<Scalar, 1>> proj_bias, down_bias;
+  detail::SliceReader reader(file, prefix);
+  const std::string attn = std::string(style.attention) + ".", mlp = std::string(style.mlp) + ".";
+
+  detail::read_agreed(comm, [&] {
+    check_style(style.layer_name, style, config);
+    detail::even_share(op, "n_heads", H, comm.size());
+    detail::even_share(op, "n_kv_heads", H_kv, comm.size());
+    detail::even_share(op, "d_ff", F, comm.size());
+    const index_t d_k = config.head_size(), P = comm.size();
+    const auto load_norm = [&](std::optional<NormType>& norm, const char* name) {
+      norm.emplace(D, eps);
+      norm->for_each_parameter([&](const ParameterName& parameter, auto value, auto) {
+        reader.whole(std::string(name) + "." + parameter.str(), value);
+      });
+    };
+    load_norm(norm1, style.attention_norm);
+    load_norm(norm2, style.ffn_norm);
+    const std::array<index_t, 3> qkv_parts{H * d_k, H_kv * d_k, H_kv * d_k};
+    qkv.emplace(
+        detail::read_column_slice<Scalar>(reader, attn + "qkv", D, qkv_parts, config.bias, comm));
+    const auto read_row = [&](std::optional<Linear<Scalar>>& local,
+                              std::optional<Tensor<Scalar, 1>>& bias, const std::string& linear,
+                              index_t in, index_t out) {
+      const index_t share = in / P;
+      Tensor<Scalar, 2> weight({out, share});
+      reader.columns(linear + ".weight", {out, in}, comm.rank() * share, share, weight.data());
+      local.emplace(std::move(weight));
+      if (config.bias) {
+        bias.emplace(Shape<1>{out});
+        reader.rows(linear + ".bias", {out}, 0, out, bias->data());
+      }
+    };
+    read_row(proj, proj_bias, attn + "proj", D, D);
+    const std::array<index_t, 1> ffn_parts{F};
+    if constexpr (gated) {
+      gate.emplace(
+          detail::read_column_slice<Scalar>(reader, mlp + "gate", D, ffn_parts, config.bias, comm));
+    }
+    up.emplace(
+        detail::read_column_slice<Scalar>(reader, mlp + "up", D, ffn_parts, config.bias, comm));
+    read_row(down, down_bias, mlp + "down", F, D);
+  });
+
+  // Every rank read its slices: now the collectives that agree on the shapes.
+  const index_t d_k = D / H;
+  const std::array<index_t, 3> qkv_parts{H * d_k, H_kv * d_k, H_kv * d_k};
+  ParallelAttention<Scalar> attention(
+      ColumnParallelLinear<Scalar>(std::move(*qkv), (H + 2 * H_kv) * d_k, comm, qkv_parts),
+      RowParallelLinear<Scalar>(std::move(*proj), std::move(proj_bias), D, comm), H, H_kv, comm);
+  RowParallelLinear<Scalar> down_part(std::move(*down), std::move(down_bias), F, comm);
+  if constexpr (gated) {
+    FfnType ffn(ColumnParallelLinear<Scalar>(std::move(*gate), F, comm),
+                ColumnParallelLinear<Scalar>(std::move(*up), F, comm), std::move(down_part), comm);
+    return Layer(std::move(*norm1), std::move(attention), std::move(*norm2), std::move(ffn), comm);
+  } else {
+    FfnType ffn(ColumnParallelLinear<Scalar>(std::move(*up), F, comm), std::move(down_part),
+                style.activation, comm);
+    return Layer(std::move(*norm1), std::move(attention), std::move(*norm2), std::move(ffn), comm);
+  }
+}
+
+}  // namespace dissect::parallel
