@@ -30,6 +30,16 @@ struct CommunicationError : Error {
   using Error::Error;
 };
 
+/// What all_reduce_sum has done since construction or reset_stats(): calls, payload bytes (per
+/// rank: the buffer's size, not what the MPI algorithm sends on the wire) and wall seconds spent
+/// inside MPI_Allreduce (waiting for slower ranks included). agree()'s small reductions are not
+/// counted.
+struct CommunicationStats {
+  std::int64_t all_reduces = 0;
+  std::int64_t bytes = 0;
+  double seconds = 0;
+};
+
 class Communicator {
  public:
   /// Duplicates `comm` (a collective call on it). MPI must be initialised and stay so for the
@@ -63,12 +73,17 @@ class Communicator {
   void agree(std::string_view op, std::span<const std::int64_t> values,
              std::string_view what = "the shapes") const;
 
+  /// all_reduce_sum's counters (for benchmarks: how much of a step is communication).
+  const CommunicationStats& stats() const { return stats_; }
+  void reset_stats() const { stats_ = {}; }
+
  private:
   void check(int code, const char* call) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
+  mutable CommunicationStats stats_;
 };
 
 // ---- implementation -----------------------------------------------------------------------------
@@ -124,7 +139,10 @@ inline Communicator::~Communicator() {
 }
 
 inline Communicator::Communicator(Communicator&& other) noexcept
-    : comm_(std::exchange(other.comm_, MPI_COMM_NULL)), rank_(other.rank_), size_(other.size_) {}
+    : comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
+      rank_(other.rank_),
+      size_(other.size_),
+      stats_(other.stats_) {}
 
 inline void Communicator::check(int code, const char* call) const {
   detail::check_mpi(code, call);
@@ -132,9 +150,13 @@ inline void Communicator::check(int code, const char* call) const {
 
 template <class Scalar>
 void Communicator::all_reduce_sum(std::span<Scalar> values) const {
+  const double start = MPI_Wtime();
   check(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()),
                       detail::mpi_type<Scalar>(), MPI_SUM, comm_),
         "MPI_Allreduce");
+  stats_.seconds += MPI_Wtime() - start;
+  stats_.bytes += static_cast<std::int64_t>(values.size_bytes());
+  ++stats_.all_reduces;
 }
 
 template <class Scalar>
