@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
       benchmark::RunSpecifiedBenchmarks();
     } else {
       dissect::bench::NullReporter null;
-      benchmark::RunSpecifiedBenchmarks(&null, &null);
+      benchmark::RunSpecifiedBenchmarks(&null);
     }
     benchmark::Shutdown();
   }
