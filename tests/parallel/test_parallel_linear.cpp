@@ -186,5 +186,52 @@ TEST(ParallelLinear, InputsOfDifferentShapesAreAShapeErrorNotAHang) {
   EXPECT_THROW_WITH(column.forward(wrong), ShapeError, "input last dim 5 != in_features 4");
 }
 
+TEST(Communicator, CountsAllReduceCallsAndBytes) {
+  const auto& comm = world();
+  comm.reset_stats();
+  std::vector<double> values(5, 1.0);
+  comm.all_reduce_sum(std::span<double>(values));
+  comm.all_reduce_sum(std::span<double>(values));
+  EXPECT_EQ(comm.stats().all_reduces, 2);
+  EXPECT_EQ(comm.stats().bytes, 2 * 5 * static_cast<std::int64_t>(sizeof(double)));
+  EXPECT_GE(comm.stats().seconds, 0.0);
+  comm.reset_stats();
+  EXPECT_EQ(comm.stats().all_reduces, 0);
+}
+
+TEST(ParallelLinearSlices, ASliceCutElsewhereEqualsTheSplitOfTheFullLayer) {
+  const auto& comm = world();
+  const Linear<double> full(4, 6, {.seed = 3});
+  const ColumnParallelLinear<double> split(full, comm);
+  ColumnParallelLinear<double> from_slice(Linear<double>(split.local()), 6, comm);
+  EXPECT_TENSOR_NEAR(from_slice.local().weight(), split.local().weight(), 0.0, 0.0);
+  EXPECT_EQ(from_slice.out_features(), 6);
+  const Linear<double> wide(6, 4, {.seed = 4});
+  const RowParallelLinear<double> rows(wide, comm);
+  RowParallelLinear<double> rows_from_slice(Linear<double>(rows.local()),
+                                            Tensor<double, 1>(wide.bias()), 6, comm);
+  std::mt19937_64 engine(5);
+  const auto x = random_tensor<double, 2>({3, 6 / comm.size()}, engine);
+  EXPECT_TENSOR_NEAR(rows_from_slice.forward(x), rows.forward(x), 0.0, 0.0);
+}
+
+TEST(ParallelLinearSlices, ASliceOfTheWrongSizeIsTheSameShapeErrorOnEveryRank) {
+  const auto& comm = world();
+  // 6 rows on every rank: right for 1 rank, not for 2.
+  if (comm.size() == 1) GTEST_SKIP() << "a whole layer is rank 0's slice";
+  EXPECT_THROW_WITH(ColumnParallelLinear<double>(Linear<double>(4, 6, {.seed = 1}), 6, comm),
+                    ShapeError, "ColumnParallelLinear: the slice has 6 rows but a rank's share");
+  // Only the last rank's slice is wrong: the rows are agreed first, so every rank throws.
+  const index_t rows = comm.rank() == comm.size() - 1 ? 2 : 3;
+  EXPECT_THROW_WITH(ColumnParallelLinear<double>(Linear<double>(4, rows, {.seed = 1}), 6, comm),
+                    ShapeError, "ranks disagree about the rows of their slices");
+  EXPECT_THROW_WITH(RowParallelLinear<double>(Linear<double>(6, 4, {.bias = false, .seed = 1}),
+                                              std::nullopt, 6, comm),
+                    ShapeError, "RowParallelLinear: the slice has 6 columns");
+  EXPECT_THROW_WITH(
+      RowParallelLinear<double>(Linear<double>(3, 4, {.seed = 1}), std::nullopt, 6, comm),
+      ConfigError, "plain bias-free Linear");
+}
+
 }  // namespace
 }  // namespace dissect::testing
