@@ -1,11 +1,12 @@
 // dissect/parallel/parallel_blocks.hpp — tensor-parallel FFN, SwiGLU and attention (Megatron-LM).
 //
 // Each block is built from the single-process block that every rank holds and keeps only its
-// slice: the first projections are column-parallel (the FFN's up and gate; attention's fused QKV,
-// split by heads), the work in between is local (the activation; causal attention over this
-// rank's H/P query heads and H_kv/P key/value heads), and the last projection is row-parallel.
-// So each forward makes exactly one all-reduce (of B·T·D values, in the row-parallel output) and
-// each backward exactly one (of B·T·D values, dx), besides one small agreement on shapes per call.
+// slice (or from the rank's slices alone, already cut): the first projections are column-parallel
+// (the FFN's up and gate; attention's fused QKV, split by heads), the work in between is local (the
+// activation; causal attention over this rank's H/P query heads and H_kv/P key/value heads), and
+// the last projection is row-parallel. So each forward makes exactly one all-reduce (of B·T·D
+// values, in the row-parallel output) and each backward exactly one (of B·T·D values, dx), besides
+// one small agreement on shapes per call.
 #pragma once
 
 #include <array>

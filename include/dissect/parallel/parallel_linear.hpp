@@ -1,7 +1,8 @@
 // dissect/parallel/parallel_linear.hpp — Linear split across the ranks of a Communicator.
 //
 // Megatron-LM's two halves of a tensor-parallel product, each built from a full Linear that
-// every rank holds (same values on every rank: each keeps only its slice):
+// every rank holds (same values on every rank: each keeps only its slice), or from the rank's
+// slice alone (read from a checkpoint: load_parallel_layer), checked against the full shape:
 // - ColumnParallelLinear: rank p keeps rows [p·out/P, (p+1)·out/P) of W and b, so y_p = x·W_pᵀ +
 // b_p
 //   is its slice of y's last axis. Forward needs no communication; backward all-reduces
