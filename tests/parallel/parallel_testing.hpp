@@ -86,4 +86,20 @@ double reduction_bound(index_t length, int ranks, double max_a, double max_b) {
          std::numeric_limits<double>::denorm_min();
 }
 
+/// The bound of a whole block or layer, compared split against single-process. Its results are
+/// chains of stages — dot products (the projections over D or F, q·kᵀ over d_k, P·v over T),
+/// each a `reduction_bound` of its own length with entries of magnitude ≤ scale (inputs and
+/// weights are drawn from [−1, 1]) — joined by maps whose Lipschitz constants are at most ~1.13
+/// (GELU′ ≤ 1.13, SiLU′ ≤ 1.10, softmax ≤ 1/2 in ∞-norm, a norm's 1/σ ≤ 2 for these inputs,
+/// whose σ ≈ 0.58, times its weight γ ≤ 1). An error entering a later stage is carried through
+/// at most that factor, so the errors of the stages add: Σ 2·γ_n·n ≤ 2·γ_length·length for
+/// `length` = the sum of the stage lengths, and the factor 4 covers the Lipschitz constants
+/// (2 × 1.13 < 4) — an absolute bound relative to `scale` = max(1, max|expected|).
+/// In double this is ~10⁻¹¹·scale, so a missing or doubled all-reduce term fails at once.
+template <class Scalar, TensorLike X>
+double block_bound(index_t length, int ranks, const X& expected) {
+  return 4.0 * gamma<Scalar>(length + ranks) * static_cast<double>(length) *
+         std::max(1.0, max_abs_of(expected));
+}
+
 }  // namespace dissect::testing

@@ -22,18 +22,6 @@ template <class Scalar>
 class ParallelBlocksTest : public ::testing::Test {};
 TYPED_TEST_SUITE(ParallelBlocksTest, FloatAndDouble);
 
-/// The bound of a whole block: its results are chains of dot products whose lengths add up to
-/// `length`, computed in two summation orders (split into P parts plus the all-reduce, or not).
-/// Each step is within γ of exact relative to its magnitudes and the activations between them
-/// (GELU, SiLU, softmax) are Lipschitz with a constant near 1, so |a − b| ≤ 4·γ_{length+P}·scale,
-/// where scale is the largest magnitude at stake (the expected values', at least 1: the inputs
-/// and weights are within [−1, 1]).
-template <class Scalar, TensorLike X>
-double block_bound(index_t length, int ranks, const X& expected) {
-  return 4.0 * gamma<Scalar>(length + ranks) * static_cast<double>(length) *
-         std::max(1.0, max_abs_of(expected));
-}
-
 /// A full Linear's gradients, gathered from a row-parallel or column-parallel split, must match.
 template <class Scalar>
 void expect_column_grads(const ColumnParallelLinear<Scalar>& part, const Linear<Scalar>& full,

@@ -25,12 +25,6 @@ namespace {
 
 using parallel::ParallelDecoderLayer;
 
-template <class Scalar, TensorLike X>
-double block_bound(index_t length, int ranks, const X& expected) {
-  return 4.0 * gamma<Scalar>(length + ranks) * static_cast<double>(length) *
-         std::max(1.0, max_abs_of(expected));
-}
-
 bool ends_with(const std::string& text, std::string_view suffix) {
   return text.size() >= suffix.size() &&
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
