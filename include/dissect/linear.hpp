@@ -10,6 +10,12 @@
 // A layer can be frozen (no gradient buffers, dx-only backward) and can carry a LoRA adapter
 // (lora_adapter.hpp): y = x·Wᵀ + b + (α/r)·(x·Aᵀ)·Bᵀ with W frozen, which is how whole models are
 // adapted without changing their type (lora.hpp applies adapters by name).
+//
+// A float layer can also store W in a low-precision format (quant/weight_format.hpp: bf16, int8,
+// q4_0): forward then runs the quantised kernels, and W itself holds Ŵ, the dequantised values, so
+// that backward (dx only: a quantised layer is frozen, the base of a QLoRA adapter), the module
+// protocol and state dicts all see the weights forward uses. The float Ŵ stays in memory; what
+// quantising saves is the bytes forward streams (weight_bytes) and the bytes a file stores.
 #pragma once
 
 #include <cstdint>
@@ -19,11 +25,13 @@
 #include <type_traits>
 #include <utility>
 
+#include "dissect/detail/panelled_gemm.hpp"
 #include "dissect/error.hpp"
 #include "dissect/init.hpp"
 #include "dissect/kernels.hpp"
 #include "dissect/lora_adapter.hpp"
 #include "dissect/module.hpp"
+#include "dissect/quant/weight_format.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
 
@@ -118,6 +126,23 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   void unmerge_adapter();
   bool adapter_merged() const { return merged_; }
 
+  /// Stores W as `format` (a float layer only): forward runs on the quantised weights, W becomes
+  /// Ŵ and the layer is frozen. A layer with an unmerged adapter keeps it (QLoRA).
+  /// @throws as QuantizedWeight::quantize (nothing changes); Error if the layer is already
+  ///         quantised or its adapter is merged.
+  void quantize(WeightFormat format) requires std::is_same_v<Scalar, float>;
+  /// As quantize, from weights already quantised (a file's). @throws ShapeError if `weight` is
+  /// not [out, in]; Error as quantize.
+  void set_quantized_weight(QuantizedWeight weight) requires std::is_same_v<Scalar, float>;
+  bool quantized() const { return quantized_.has_value(); }
+  /// @throws Error if the layer is not quantised.
+  const QuantizedWeight& quantized_weight() const;
+  /// Forgets the quantised storage: forward runs in float on Ŵ again. The layer stays frozen.
+  /// @throws Error if the layer is not quantised.
+  void dequantize();
+  /// Bytes of W as forward reads it: the quantised values and scales, or out·in·sizeof(Scalar).
+  index_t weight_bytes() const;
+
   /// Visits "weight" (and "bias") with their gradients — empty when frozen — and an adapter's
   /// "lora_A.weight" and "lora_B.weight": the module protocol.
   template <class Visitor>
@@ -191,6 +216,10 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   bool frozen_ = false;
   std::optional<LoRAAdapter<Scalar>> adapter_;
   bool merged_ = false;
+  std::optional<QuantizedWeight> quantized_;
+  /// y = x·Wᵀ + b on the quantised kernels or in Scalar, then the adapter's term.
+  void forward_matrix(const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> y) const;
+  void require_not_quantized(const char* op) const;
 };
 
 /// "Linear(in_features=768, out_features=3072, bias=true)", as PyTorch prints nn.Linear.
@@ -270,7 +299,76 @@ const LoRAAdapter<Scalar>& Linear<Scalar>::with_adapter(const char* name) const 
 }
 
 template <class Scalar>
+void Linear<Scalar>::require_not_quantized(const char* op) const {
+  if (quantized_) {
+    throw Error(detail::concat("Linear::", op, ": the weight is stored as ",
+                               weight_format_name(quantized_->format()),
+                               "; dequantize() the layer first"));
+  }
+}
+
+template <class Scalar>
+void Linear<Scalar>::quantize(WeightFormat format) requires std::is_same_v<Scalar, float> {
+  require_not_quantized("quantize");
+  set_quantized_weight(QuantizedWeight::quantize(weight_.cview(), format));
+}
+
+template <class Scalar>
+void Linear<Scalar>::set_quantized_weight(
+    QuantizedWeight weight) requires std::is_same_v<Scalar, float> {
+  require_not_quantized("set_quantized_weight");
+  if (merged_) {
+    throw Error(
+        "Linear::set_quantized_weight: the LoRA adapter is merged into the weight; "
+        "unmerge it before quantising the base");
+  }
+  if (weight.rows() != out_features() || weight.cols() != in_features()) {
+    throw ShapeError(detail::concat("Linear::set_quantized_weight: quantised weight [",
+                                    weight.rows(), ", ", weight.cols(), "] does not fit weight ",
+                                    format_shape(weight_.shape())));
+  }
+  weight.dequantize_into(weight_.view());
+  set_frozen(true);
+  quantized_.emplace(std::move(weight));
+}
+
+template <class Scalar>
+const QuantizedWeight& Linear<Scalar>::quantized_weight() const {
+  if (!quantized_) throw Error("Linear::quantized_weight: the layer is not quantised");
+  return *quantized_;
+}
+
+template <class Scalar>
+void Linear<Scalar>::dequantize() {
+  if (!quantized_) throw Error("Linear::dequantize: the layer is not quantised");
+  quantized_.reset();
+}
+
+template <class Scalar>
+index_t Linear<Scalar>::weight_bytes() const {
+  return quantized_ ? quantized_->bytes()
+                    : out_features() * in_features() * static_cast<index_t>(sizeof(Scalar));
+}
+
+template <class Scalar>
+void Linear<Scalar>::forward_matrix(const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> y) const {
+  if constexpr (std::is_same_v<Scalar, float>) {
+    if (quantized_) {
+      const index_t m = x.rows();
+      quantized_->matmul(x.data(), x.outerStride(), m, y.data(), y.outerStride(),
+                         has_bias_ ? bias_.data() : nullptr,
+                         detail::threads_for_product(m, quantized_->rows() * quantized_->cols()));
+      if (adapter_ && !merged_) adapter_->forward_add(x, y);
+      return;
+    }
+  }
+  linear_forward<Scalar>(x, weight_.matrix(), bias_map(), y);
+  if (adapter_ && !merged_) adapter_->forward_add(x, y);
+}
+
+template <class Scalar>
 void Linear<Scalar>::set_frozen(bool frozen) {
+  if (!frozen) require_not_quantized("set_frozen(false)");
   if (frozen == frozen_) return;
   frozen_ = frozen;
   set_gradient_frozen(weight_grad_, weight_.shape(), frozen);
@@ -309,6 +407,7 @@ template <class Scalar>
 void Linear<Scalar>::merge_adapter() {
   const auto& adapter = with_adapter("merge_adapter");
   if (merged_) throw Error("Linear::merge_adapter: the adapter is already merged");
+  require_not_quantized("merge_adapter");
   adapter.add_delta_to(weight_.view(), Scalar(1));
   merged_ = true;
 }
@@ -323,6 +422,7 @@ void Linear<Scalar>::unmerge_adapter() {
 
 template <class Scalar>
 void Linear<Scalar>::set_weight(ConstTensorView<Scalar, 2> weight) {
+  require_not_quantized("set_weight");
   assign_parameter("Linear", "weight", "[out_features, in_features]", weight_, weight);
 }
 
@@ -407,8 +507,7 @@ Tensor<Scalar, rank_of<X>> Linear<Scalar>::forward(const X& x) const {
     const auto input = const_view(x);
     check_input("forward", input);
     auto y = Tensor<Scalar, rank_of<X>>::uninitialized(output_shape(input.shape()));
-    linear_forward<Scalar>(input.matrix(), weight_.matrix(), bias_map(), y.matrix());
-    if (adapter_ && !merged_) adapter_->forward_add(input.matrix(), y.matrix());
+    forward_matrix(input.matrix(), y.matrix());
     return y;
   } else {
     return {};
@@ -434,8 +533,7 @@ void Linear<Scalar>::forward_into(const X& x, Y&& y) const {
         ", y: ", format_shape(output.shape()), ")"));
   }
   check_not_own_buffer("forward_into", "output y", decltype(input)(output), true);
-  linear_forward<Scalar>(input.matrix(), weight_.matrix(), bias_map(), output.matrix());
-  if (adapter_ && !merged_) adapter_->forward_add(input.matrix(), output.matrix());
+  forward_matrix(input.matrix(), output.matrix());
 }
 
 template <class Scalar>
@@ -524,6 +622,8 @@ template <class Scalar>
 std::ostream& operator<<(std::ostream& out, const Linear<Scalar>& layer) {
   out << "Linear(in_features=" << layer.in_features() << ", out_features=" << layer.out_features()
       << ", bias=" << (layer.has_bias() ? "true" : "false") << (layer.frozen() ? ", frozen" : "");
+  if (layer.quantized())
+    out << ", weight=" << weight_format_name(layer.quantized_weight().format());
   if (layer.has_adapter()) {
     out << ", lora_rank=" << layer.adapter().rank() << ", lora_alpha=" << layer.adapter().alpha()
         << (layer.adapter_merged() ? ", merged" : "");

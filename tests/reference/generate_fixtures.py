@@ -758,6 +758,58 @@ def generate_lora(root: Path):
 BLOCKS["lora"] = generate_lora
 
 
+# ---- quant: torch's own bf16 rounding and per-channel int8 quantisation -------------------------
+
+# (rows, columns, scale tag). Odd widths leave no SIMD width dividing them; the rows of the
+# "ties" case hold exact halfway values so that round-half-even and round-half-away differ.
+QUANT_CASES = [(7, 33, None), (16, 64, None), (5, 17, "1e-3"), (4, 40, "1e3"), (6, 24, "ties")]
+
+
+def quant_case_name(rows, cols, scale_tag):
+    return f"f32_rows{rows}_cols{cols}" + (f"_scale{scale_tag}" if scale_tag else "")
+
+
+def quant_fixture(rows, cols, scale_tag):
+    """A float weight W, torch's W.to(torch.bfloat16) widened back to float32, and
+    torch.quantize_per_channel(W, max|W_row| / 127, 0, axis 0, qint8): its int8 values and
+    scales. All-zero rows are left out: torch takes their zero scale and stores -128 (a quirk
+    dissect does not copy; its tests cover that row by hand)."""
+    torch.manual_seed(seed_for("quant" + quant_case_name(rows, cols, scale_tag)))
+    if scale_tag == "ties":
+        # Multiples of 1/2 over a row maximum of 127/2 give a scale of 1/2 exactly, so every
+        # value lands on a step or exactly halfway between two; for bf16 the values near 2^k
+        # with a 9th significant bit of 1 are halfway between two bf16 numbers.
+        W = torch.randint(-127, 128, (rows, cols)).to(torch.float32) / 4
+        W[:, 0] = 127 / 2
+        halfway = (1 + torch.arange(cols, dtype=torch.float32) * 2 + 1) * 2.0 ** -8  # odd · 2^-8
+        W[rows - 1] = 1 + halfway.remainder(1)
+    else:
+        scale = float(scale_tag) if scale_tag else 1.0
+        W = torch.randn(rows, cols, dtype=torch.float32) * scale
+    bf16 = W.to(torch.bfloat16).to(torch.float32)
+    scales = W.abs().amax(dim=1) / 127
+    assert bool((scales > 0).all())
+    q = torch.quantize_per_channel(W, scales.to(torch.float64), torch.zeros(rows, dtype=torch.int64),
+                                   0, torch.qint8)
+    assert torch.equal(q.q_per_channel_scales().to(torch.float32), scales)
+    values = q.int_repr().to(torch.float32)
+    return {"rows": rows, "cols": cols}, {"W": W, "bf16": bf16, "int8_values": values,
+                                          "int8_scales": scales}
+
+
+def generate_quant(root: Path):
+    written = {}
+    for case in QUANT_CASES:
+        name = quant_case_name(*case)
+        meta, tensors = quant_fixture(*case)
+        path = root / "quant" / f"{name}.txt"
+        written[path] = write_fixture(path, name, torch.float32, meta, tensors)
+    return written
+
+
+BLOCKS["quant"] = generate_quant
+
+
 # ---- model: whole tiny GPT-2 and LLaMA, the loss and every parameter's gradient ----------------
 
 nnf = torch.nn.functional

@@ -387,15 +387,33 @@ std::vector<index_t> parse_ids(const std::string& text) {
   return ids;
 }
 
+/// The model a source holds: Hugging Face names and layouts, or a save_model file (quantised
+/// layers included).
 template <class Model>
-int run_generation(const Source& source, const GenerateOptions& o) {
+Model load_source_model(const Source& source) {
   const auto& recorded = *source.model;
   Model model(recorded.config, {.seed = 0});
   if (source.hugging_face) {
     dissect::load_state_dict(model, dissect::HfCheckpointView(source.checkpoint, recorded));
   } else {
-    dissect::load_state_dict(model, source.checkpoint);
+    dissect::load_module_quantized(model, source.checkpoint);
   }
+  return model;
+}
+
+/// The source's model config, or ConfigError naming the command and the file.
+const dissect::HfConfig& require_model(const Source& source, std::string_view command) {
+  if (!source.model) {
+    throw dissect::ConfigError(dissect::detail::concat(
+        command, ": ", source.checkpoint.path().string(),
+        ": no model config (a Hugging Face config.json beside it, or a file from save_model)"));
+  }
+  return *source.model;
+}
+
+template <class Model>
+int run_generation(const Source& source, const GenerateOptions& o) {
+  const Model model = load_source_model<Model>(source);
   const auto vocab = dissect::tools::ByteVocab::from_metadata(source.checkpoint.metadata(),
                                                               source.checkpoint.path().string());
   std::vector<index_t> prompt;
@@ -434,14 +452,47 @@ int run_generation(const Source& source, const GenerateOptions& o) {
 
 int generate(const GenerateOptions& o) {
   const Source source = open_source(o.checkpoint);
-  if (!source.model) {
-    throw dissect::ConfigError(dissect::detail::concat(
-        o.checkpoint.string(),
-        ": no model config (a Hugging Face config.json beside it, or a file from save_model)"));
-  }
-  return source.model->family == dissect::ModelFamily::gpt2
+  return require_model(source, "generate").family == dissect::ModelFamily::gpt2
              ? run_generation<dissect::GPT2Model<float>>(source, o)
              : run_generation<dissect::LlamaModel<float>>(source, o);
+}
+
+// ---- quantize -----------------------------------------------------------------------------------
+
+struct QuantizeOptions {
+  fs::path input, output;
+  std::string format;
+};
+
+template <class Model>
+int run_quantize(const Source& source, const QuantizeOptions& o) {
+  const auto format = dissect::weight_format_from_name(o.format);
+  Model model = load_source_model<Model>(source);
+  const auto float_bytes = dissect::linear_weight_bytes(model);
+  const auto layers = dissect::quantize_model(model, format);
+  // A dissect file's own metadata (a vocabulary, say) goes along; save_model rewrites the rest.
+  std::map<std::string, std::string> metadata;
+  if (!source.hugging_face) {
+    metadata = source.checkpoint.metadata();
+    metadata.erase(dissect::quantization_key);
+  }
+  dissect::save_model(o.output, model, metadata);
+  const auto bytes = dissect::linear_weight_bytes(model);
+  std::cout << "quantized   " << layers.size() << " linear layers to "
+            << dissect::weight_format_name(format) << " (embeddings, norms and biases stay fp32)\n"
+            << "weights     " << dissect::format_count(float_bytes) << " B → "
+            << dissect::format_count(bytes) << " B ("
+            << static_cast<double>(float_bytes) / static_cast<double>(bytes) << "× smaller)\n"
+            << "file        " << o.output.string() << ", "
+            << dissect::format_count(static_cast<index_t>(fs::file_size(o.output))) << " B\n";
+  return exit_ok;
+}
+
+int quantize(const QuantizeOptions& o) {
+  const Source source = open_source(o.input);
+  return require_model(source, "quantize").family == dissect::ModelFamily::gpt2
+             ? run_quantize<dissect::GPT2Model<float>>(source, o)
+             : run_quantize<dissect::LlamaModel<float>>(source, o);
 }
 
 // ---- main ---------------------------------------------------------------------------------------
@@ -487,11 +538,26 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   generate_command->add_option("--seed", generate_options.seed)->capture_default_str();
 
+  QuantizeOptions quantize_options;
+  auto* quantize_command = app.add_subcommand(
+      "quantize", "store every linear layer's weight as bf16, int8 or q4_0 (GGUF Q4_0)");
+  quantize_command
+      ->add_option("input", quantize_options.input,
+                   "a save_model file, or a Hugging Face checkpoint with its config.json")
+      ->required();
+  quantize_command->add_option("output", quantize_options.output, "the .safetensors to write")
+      ->required();
+  quantize_command
+      ->add_option("--format", quantize_options.format,
+                   "bf16, int8 or q4 (q4_0: in_features % 32 == 0)")
+      ->required();
+
   // CLI11 would call an unknown word a missing subcommand; name it instead.
-  if (argc > 1 && argv[1][0] != '-' && std::string_view(argv[1]) != "inspect" &&
-      std::string_view(argv[1]) != "generate") {
+  const std::string_view command = argc > 1 ? argv[1] : "";
+  if (argc > 1 && argv[1][0] != '-' && command != "inspect" && command != "generate" &&
+      command != "quantize") {
     std::cerr << "dissect: unknown command \"" << argv[1]
-              << "\" (commands: inspect, generate; see dissect --help)\n";
+              << "\" (commands: inspect, generate, quantize; see dissect --help)\n";
     return exit_bad_input;
   }
   try {
@@ -505,6 +571,7 @@ int run(int argc, char** argv) {
     inspect_options.memory = dissect::tools::parse_bytes(memory, "--gpu-memory");
     return inspect(inspect_options);
   }
+  if (quantize_command->parsed()) return quantize(quantize_options);
   if (!generate_options.prompt && !generate_options.tokens) {
     throw dissect::ConfigError("generate: give --prompt TEXT or --tokens IDS");
   }

@@ -4,6 +4,7 @@
 // The metadata keys (values are strings, as safetensors requires):
 //   "dissect.family"  "gpt2" or "llama"
 //   "dissect.config"  the TransformerConfig as a JSON object (the field names of config.hpp)
+//   "dissect.quantization"  which Linear layers are stored quantised (io/quantized_file.hpp)
 // plus whatever the caller adds (a training run's character vocabulary, say). A file written by
 // save_model is read back by load_model; `dissect inspect` and `dissect generate` read it too.
 #pragma once
@@ -19,6 +20,7 @@
 #include "dissect/config.hpp"
 #include "dissect/io/checkpoint.hpp"
 #include "dissect/io/hf_config.hpp"
+#include "dissect/io/quantized_file.hpp"
 #include "dissect/io/state_dict.hpp"
 #include "dissect/models/decoder_model.hpp"
 
@@ -39,7 +41,8 @@ TransformerConfig config_from_json(const nlohmann::json& json, std::string_view 
 std::optional<HfConfig> model_config_of(const Checkpoint& checkpoint);
 
 /// Writes `model`'s parameters and its family and config, plus `metadata`, to `path`
-/// (atomically, as save_safetensors). @throws as save_module.
+/// (atomically, as save_safetensors); quantised layers in their own format (quantized_file.hpp).
+/// @throws as save_module.
 template <class Model>
 void save_model(const std::filesystem::path& path, const Model& model,
                 std::map<std::string, std::string> metadata = {});
@@ -132,7 +135,7 @@ void save_model(const std::filesystem::path& path, const Model& model,
                 std::map<std::string, std::string> metadata) {
   metadata[family_key] = std::string(Model::style.family);
   metadata[config_key] = config_to_json(model.config()).dump();
-  save_module(path, model, metadata);
+  save_module_quantized(path, model, metadata);
 }
 
 template <class Model>
@@ -145,7 +148,7 @@ Model load_model(const Checkpoint& checkpoint) {
   }
   require_family<Model>(recorded->family, checkpoint.path().string());
   Model model(recorded->config, {.seed = 0});
-  load_state_dict(model, checkpoint);
+  load_module_quantized(model, checkpoint);
   return model;
 }
 

@@ -136,18 +136,27 @@ enum class SaveDtype { f32, f64, f16, bf16 };
 /// enum.
 std::string_view save_dtype_name(SaveDtype dtype);
 
+/// Values already in a stored dtype, written byte for byte: quantised weights (I8, U8) and their
+/// fp16 scales (F16). `dtype` is the file's name for it ("I8", "U8", "F16", "BF16", …).
+struct StoredBytes {
+  std::string_view dtype;
+  std::span<const std::byte> bytes;
+};
+
 /// One tensor to write: its name, shape and values (row-major, borrowed: keep them alive until
 /// save_safetensors returns), and the dtype to store them as.
 struct SaveEntry {
   std::string name;
   std::vector<index_t> shape;
-  std::variant<std::span<const float>, std::span<const double>> values;
+  std::variant<std::span<const float>, std::span<const double>, StoredBytes> values;
   std::optional<SaveDtype> dtype;  ///< unset: F32 for float values, F64 for double
 
   SaveEntry(std::string name, std::vector<index_t> shape, std::span<const float> values,
             std::optional<SaveDtype> dtype = std::nullopt);
   SaveEntry(std::string name, std::vector<index_t> shape, std::span<const double> values,
             std::optional<SaveDtype> dtype = std::nullopt);
+  /// Raw stored values (dtype is theirs; the byte count must fill the shape).
+  SaveEntry(std::string name, std::vector<index_t> shape, StoredBytes values);
   /// A Tensor's or a view's shape and values.
   template <TensorLike X>
   SaveEntry(std::string name, const X& tensor, std::optional<SaveDtype> dtype = std::nullopt);
@@ -484,6 +493,9 @@ inline SaveEntry::SaveEntry(std::string name, std::vector<index_t> shape,
                             std::span<const double> values, std::optional<SaveDtype> dtype)
     : name(std::move(name)), shape(std::move(shape)), values(values), dtype(dtype) {}
 
+inline SaveEntry::SaveEntry(std::string name, std::vector<index_t> shape, StoredBytes values)
+    : name(std::move(name)), shape(std::move(shape)), values(values) {}
+
 template <TensorLike X>
 SaveEntry::SaveEntry(std::string name, const X& tensor, std::optional<SaveDtype> dtype)
     : name(std::move(name)), dtype(dtype) {
@@ -496,7 +508,7 @@ inline void save_safetensors(const std::filesystem::path& path, std::span<const 
                              const std::map<std::string, std::string>& metadata) {
   struct Planned {
     const SaveEntry* entry;
-    detail::StoredKind kind;
+    const detail::StoredDtype* stored;
     index_t bytes;
   };
   // Check everything and fix the layout before the file is created.
@@ -516,18 +528,36 @@ inline void save_safetensors(const std::filesystem::path& path, std::span<const 
       }
       count = checked_mul(count, entry.shape[axis], detail::concat(at, ": element count"));
     }
+    if (const auto* raw = std::get_if<StoredBytes>(&entry.values)) {
+      const detail::StoredDtype* stored = detail::find_stored_dtype(raw->dtype);
+      if (stored == nullptr) {
+        throw Error(detail::concat(at, ": \"", raw->dtype, "\" is not a safetensors dtype"));
+      }
+      const index_t bytes = checked_mul(count, stored->bytes, detail::concat(at, ": byte size"));
+      if (static_cast<index_t>(raw->bytes.size()) != bytes) {
+        throw ShapeError(detail::concat(at, ": ", raw->bytes.size(), " bytes for shape ",
+                                        format_shape(entry.shape), " of ", raw->dtype, " (", bytes,
+                                        " bytes)"));
+      }
+      planned.push_back({&entry, stored, bytes});
+      continue;
+    }
     std::visit(
         [&](auto values) {
-          using Scalar = typename decltype(values)::element_type;
-          const detail::StoredKind kind =
-              detail::save_kind<std::remove_const_t<Scalar>>(entry.dtype);
-          if (static_cast<index_t>(values.size()) != count) {
-            throw ShapeError(detail::concat(at, ": ", values.size(), " values for shape ",
-                                            format_shape(entry.shape), " (", count, " elements)"));
+          if constexpr (!std::is_same_v<decltype(values), StoredBytes>) {
+            using Scalar = typename decltype(values)::element_type;
+            const detail::StoredKind kind =
+                detail::save_kind<std::remove_const_t<Scalar>>(entry.dtype);
+            if (static_cast<index_t>(values.size()) != count) {
+              throw ShapeError(detail::concat(at, ": ", values.size(), " values for shape ",
+                                              format_shape(entry.shape), " (", count,
+                                              " elements)"));
+            }
+            const detail::StoredDtype& stored = detail::stored_dtype_of(kind);
+            const index_t bytes =
+                checked_mul(count, stored.bytes, detail::concat(at, ": byte size"));
+            planned.push_back({&entry, &stored, bytes});
           }
-          const index_t bytes = checked_mul(count, detail::stored_dtype_of(kind).bytes,
-                                            detail::concat(at, ": byte size"));
-          planned.push_back({&entry, kind, bytes});
         },
         entry.values);
   }
@@ -537,15 +567,15 @@ inline void save_safetensors(const std::filesystem::path& path, std::span<const 
   }
   // Widest elements first, so with an 8-byte aligned data section every tensor is aligned.
   std::sort(planned.begin(), planned.end(), [](const Planned& a, const Planned& b) {
-    const index_t a_size = detail::stored_dtype_of(a.kind).bytes;
-    const index_t b_size = detail::stored_dtype_of(b.kind).bytes;
+    const index_t a_size = a.stored->bytes;
+    const index_t b_size = b.stored->bytes;
     return a_size != b_size ? a_size > b_size : a.entry->name < b.entry->name;
   });
   nlohmann::json header = nlohmann::json::object();
   index_t offset = 0;
   for (const Planned& item : planned) {
     const index_t end = checked_add(offset, item.bytes, "save_safetensors: data size");
-    header[item.entry->name] = {{"dtype", detail::stored_dtype_of(item.kind).name},
+    header[item.entry->name] = {{"dtype", item.stored->name},
                                 {"shape", item.entry->shape},
                                 {"data_offsets", {offset, end}}};
     offset = end;
@@ -563,12 +593,17 @@ inline void save_safetensors(const std::filesystem::path& path, std::span<const 
     for (const Planned& item : planned) {
       std::visit(
           [&](auto values) {
-            const index_t size = detail::stored_dtype_of(item.kind).bytes;
-            for (index_t done = 0; done < static_cast<index_t>(values.size()); done += chunk) {
-              const index_t count = std::min(chunk, static_cast<index_t>(values.size()) - done);
-              buffer.resize(static_cast<std::size_t>(count * size));
-              detail::encode_values(values.data() + done, item.kind, count, buffer.data());
-              out.write(buffer);
+            if constexpr (std::is_same_v<decltype(values), StoredBytes>) {
+              out.write(values.bytes);
+            } else {
+              const index_t size = item.stored->bytes;
+              for (index_t done = 0; done < static_cast<index_t>(values.size()); done += chunk) {
+                const index_t count = std::min(chunk, static_cast<index_t>(values.size()) - done);
+                buffer.resize(static_cast<std::size_t>(count * size));
+                detail::encode_values(values.data() + done, item.stored->kind, count,
+                                      buffer.data());
+                out.write(buffer);
+              }
             }
           },
           item.entry->values);
