@@ -100,6 +100,7 @@
 #include "dissect/optim.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
+#include "common/fortunes.hpp"
 #include "tools/common/byte_vocab.hpp"
 
 namespace {
@@ -120,8 +121,12 @@ using dissect::tools::ByteVocab;
 using dissect::tools::vocab_bytes_key;
 using Model = dissect::GPT2Model<float>;
 
-constexpr const char* kDefaultData = "/usr/share/games/fortunes";
-constexpr const char* kPackage = "fortunes";
+using dissect::examples::Corpus;
+using dissect::examples::DataError;
+using dissect::examples::DataMissing;
+using dissect::examples::kDefaultFortunes;
+using dissect::examples::kFortunesPackage;
+using dissect::examples::read_fortunes;
 
 // ---- flags --------------------------------------------------------------------------------------
 
@@ -149,7 +154,7 @@ struct Flags {
   index_t eval_batches = 8;
   std::uint64_t seed = 0;
   int threads = 0;  // 0: leave Eigen's and OpenMP's defaults
-  std::string data = kDefaultData;
+  std::string data = kDefaultFortunes;
   std::string svg = "train_gpt.svg";
   std::string curves = "none";
   std::string compare = "";
@@ -201,7 +206,7 @@ void add_flags(CLI::App& app, Flags& flags) {
 
   option.group("Data, output and machine");
   option("--data", flags.data, "DIR",
-         std::string("directory of the fortune files (default ") + kDefaultData + ")");
+         std::string("directory of the fortune files (default ") + kDefaultFortunes + ")");
   option("--svg", flags.svg, "PATH",
          "where the curves are drawn, checked before training (default train_gpt.svg; \"none\" "
          "to skip)");
@@ -280,52 +285,6 @@ void validate(const Flags& flags) {
 }
 
 // ---- data ---------------------------------------------------------------------------------------
-
-/// The data directory is missing or holds no fortune file: the install hint follows.
-struct DataMissing : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-/// A fortune file that cannot be read: bad input too (exit status 2).
-struct DataError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-/// The corpus: the joined text, the files it came from, and its vocabulary.
-struct Corpus {
-  std::string text;
-  std::vector<std::string> files;
-  ByteVocab vocab;  ///< the text's distinct bytes, ascending
-};
-
-/// Reads the fortune files of `dir` as the header says. @throws DataMissing, or DataError
-/// naming a file that cannot be read.
-Corpus read_fortunes(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw DataMissing(dir + " is not a directory");
-  Corpus corpus;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    // Regular files only: the .u8 names are symlinks to the plain files, off/ is a directory.
-    if (!entry.is_regular_file() || entry.is_symlink()) continue;
-    if (name.ends_with(".dat") || name.ends_with(".u8") || name.starts_with(".")) continue;
-    corpus.files.push_back(name);
-  }
-  std::sort(corpus.files.begin(), corpus.files.end());
-  if (corpus.files.empty()) throw DataMissing("no fortune file in " + dir);
-  for (const std::string& name : corpus.files) {
-    const fs::path path = fs::path(dir) / name;
-    std::ifstream in(path, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!in.good() && !in.eof()) throw DataError("cannot read " + path.string());
-    if (bytes.empty()) continue;
-    if (bytes.back() != '\n') bytes += '\n';
-    if (!bytes.ends_with("\n%\n") && bytes != "%\n") bytes += "%\n";
-    corpus.text += bytes;
-  }
-  corpus.vocab = ByteVocab::of_text(corpus.text);
-  return corpus;
-}
 
 // ---- training -----------------------------------------------------------------------------------
 
@@ -509,7 +468,7 @@ int run(const Flags& flags, Outputs& outputs) {
   } catch (const DataMissing& missing) {
     std::cerr << "train_gpt: " << missing.what() << "\n"
               << "The fortunes are not installed. Install them with:\n"
-              << "  sudo apt-get install " << kPackage << "\n"
+              << "  sudo apt-get install " << kFortunesPackage << "\n"
               << "or point --data at a directory of fortune files.\n";
     return dissect::examples::kExitBadInput;
   }
