@@ -114,8 +114,7 @@ struct Row {
 
 int run(const Flags& flags) {
   const dissect::Checkpoint checkpoint(flags.model);
-  const auto vocab =
-      dissect::tools::ByteVocab::from_metadata(checkpoint.metadata(), flags.model);
+  const auto vocab = dissect::tools::ByteVocab::from_metadata(checkpoint.metadata(), flags.model);
   if (!vocab) throw ex::UsageError("--model: " + flags.model + " records no byte vocabulary");
   const Model base = dissect::load_model<Model>(checkpoint);
   const index_t T = base.config().context, B = flags.batch;
@@ -168,15 +167,15 @@ int run(const Flags& flags) {
               static_cast<long long>(c.d_model), static_cast<long long>(c.n_layers),
               static_cast<long long>(c.d_ff), static_cast<long long>(T),
               static_cast<long long>(c.vocab), flags.model.c_str());
-  if (const auto val = checkpoint.metadata().find("val_loss");
-      val != checkpoint.metadata().end()) {
+  if (const auto val = checkpoint.metadata().find("val_loss"); val != checkpoint.metadata().end()) {
     std::printf(" (train_gpt's val loss %s)", val->second.c_str());
   }
-  std::printf("\n  %lld validation batches of %lld × %lld, seed %llu; decoding %lld tokens, 1 "
-              "thread\n",
-              static_cast<long long>(flags.eval_batches), static_cast<long long>(B),
-              static_cast<long long>(T), static_cast<unsigned long long>(seed),
-              static_cast<long long>(flags.decode_tokens));
+  std::printf(
+      "\n  %lld validation batches of %lld × %lld, seed %llu; decoding %lld tokens, 1 "
+      "thread\n",
+      static_cast<long long>(flags.eval_batches), static_cast<long long>(B),
+      static_cast<long long>(T), static_cast<unsigned long long>(seed),
+      static_cast<long long>(flags.decode_tokens));
 
   const std::vector<std::pair<std::optional<WeightFormat>, std::optional<double>>> formats{
       {std::nullopt, std::nullopt},
@@ -237,9 +236,10 @@ int run(const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("quantize_gpt — a train_gpt checkpoint in fp32, bf16, int8 and q4_0: bytes, loss, "
-               "speed",
-               "quantize_gpt");
+  CLI::App app(
+      "quantize_gpt — a train_gpt checkpoint in fp32, bf16, int8 and q4_0: bytes, loss, "
+      "speed",
+      "quantize_gpt");
   Flags flags;
   add_flags(app, flags);
   if (const auto status = ex::parse_command_line(app, argc, argv)) return *status;

@@ -93,6 +93,7 @@
 #include "dissect/init.hpp"
 #include "dissect/io/safetensors.hpp"
 
+#include "common/fortunes.hpp"
 #include "dissect/io/model_file.hpp"
 #include "dissect/io/state_dict.hpp"
 #include "dissect/loss.hpp"
@@ -100,7 +101,6 @@
 #include "dissect/optim.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
-#include "common/fortunes.hpp"
 #include "tools/common/byte_vocab.hpp"
 
 namespace {

@@ -13,6 +13,7 @@
 
 #include "dissect/lora.hpp"
 #include "dissect/models/decoder_model.hpp"
+#include "dissect/quant/kernel_path.hpp"
 #include "dissect/quant/quantize.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/small_models.hpp"
@@ -214,6 +215,29 @@ TEST(QuantFormat, FromPartsChecksSizesAndScales) {
 
 // ---- quantised layers --------------------------------------------------------------------------
 
+/// The error a kernel path adds by rounding the activations (quant/detail/quant_kernels.hpp):
+/// avx512_vnni quantises each block of 32 to int8 with sx = max|x_block|/127, off by at most
+/// (sx/2)(1 + 2⁻¹⁴) each; avx512_bf16 rounds each to bf16, off by at most 2⁻⁸·|x|. Also returns
+/// the activations' magnitudes widened by that much, for the reduction term.
+double activation_term(quant::KernelPath path, const Tensor<float, 2>& x, index_t i,
+                       const Linear<float>& layer, index_t n) {
+  double term = 0;
+  const index_t K = layer.in_features();
+  for (index_t k0 = 0; k0 < K; k0 += 32) {
+    double sx = 0;
+    for (index_t k = k0; k < std::min(K, k0 + 32); ++k)
+      sx = std::max(sx, std::abs(double(x(i, k))));
+    sx /= 127;
+    for (index_t k = k0; k < std::min(K, k0 + 32); ++k) {
+      const double w = std::abs(double(layer.weight()(n, k)));
+      if (path == quant::KernelPath::avx512_vnni) term += sx / 2 * (1 + std::ldexp(1.0, -14)) * w;
+      if (path == quant::KernelPath::avx512_bf16)
+        term += std::ldexp(1.0, -8) * std::abs(x(i, k)) * w;
+    }
+  }
+  return term;
+}
+
 struct LayerCase {
   index_t rows, in, out;
   bool bias;
@@ -243,6 +267,7 @@ TEST(QuantizedLinear, ForwardWithinTheFormatsBound) {
       const auto y = layer.forward(x);
       const auto y_hat = float_hat.forward(x);
       const auto y_float = original.forward(x);
+      const auto path = quant::active_kernel_path(format, c.rows);
       Tensor<double, 2> kernel_bound({c.rows, c.out}), format_bound({c.rows, c.out});
       for (index_t i = 0; i < c.rows; ++i) {
         for (index_t n = 0; n < c.out; ++n) {
@@ -254,9 +279,13 @@ TEST(QuantizedLinear, ForwardWithinTheFormatsBound) {
                 std::abs(double(x(i, k))) * reconstruction_bound(q, original.weight()(n, k), n, k);
           }
           const double b = c.bias ? std::abs(double(layer.bias()(n))) : 0.0;
-          kernel_bound(i, n) = 2 * gamma<float>(c.in + 1) * (magnitude + b);
+          // Rounded activations reach the reduction too: its magnitudes widen by as much.
+          const double activation = activation_term(path, x, i, layer, n);
+          kernel_bound(i, n) =
+              activation + 2 * gamma<float>(c.in + 8) * (magnitude + 2 * activation + b);
           format_bound(i, n) =
-              reconstruction + gamma<float>(c.in + 1) * (magnitude + original_magnitude + 2 * b);
+              reconstruction + activation +
+              gamma<float>(c.in + 8) * (magnitude + 2 * activation + original_magnitude + 2 * b);
         }
       }
       EXPECT_TENSOR_WITHIN(y, y_hat, kernel_bound);
@@ -323,7 +352,16 @@ TEST(QuantizedLinear, QLoRAAdapterOnAQuantisedBase) {
   const auto x = random_matrix(3, 64, 1.0f, 7);
   const auto y = layer.forward(x);
   const auto y_ref = float_hat.forward(x);
-  EXPECT_TENSOR_NEAR(y, y_ref, 0.0, 2 * gamma<float>(64 + 4 + 2) * 64 * 4);
+  // The base product's activation rounding (avx512_vnni for q4_0) plus both reductions.
+  const auto path = quant::active_kernel_path(WeightFormat::q4_0, 3);
+  Tensor<double, 2> bound({3, 16});
+  for (index_t i = 0; i < 3; ++i) {
+    for (index_t n = 0; n < 16; ++n) {
+      const double activation = activation_term(path, x, i, layer, n);
+      bound(i, n) = activation + 2 * gamma<float>(64 + 4 + 8) * (64 * 4 + 2 * activation);
+    }
+  }
+  EXPECT_TENSOR_WITHIN(y, y_ref, bound);
   const auto dy = random_matrix(3, 16, 1.0f, 8);
   layer.backward(x, dy);
   float_hat.backward(x, dy);

@@ -5,7 +5,7 @@
 // value becomes a float again (exact):
 //
 //   bf16  — W's float rounded to the nearest bfloat16, ties to even: torch's W.to(torch.bfloat16).
-//           Reconstruction error ≤ 2⁻⁹·|w| (half a step). Any in_features.
+//           Reconstruction error ≤ 2⁻⁸·|w| (half a step of an 8-bit significand). Any in_features.
 //   int8  — per output row (channel), symmetric: s = max|w_row| / 127 (in float),
 //           q = nearbyint(w · (1/s)) clamped to [−127, 127] (never −128: symmetric), ŵ = s·q. As
 //           torch.quantize_per_channel(W, s, 0, 0, torch.qint8) computes q. A row of zeros gets
