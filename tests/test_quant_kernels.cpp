@@ -190,6 +190,8 @@ std::vector<Case> random_cases(WeightFormat format, int count, std::uint64_t see
       cases.push_back({m, 5, K, K + 3, 9, true, true, 2, 0});
     }
   }
+  // W big enough (70k weights) that threads = 2 really forks.
+  for (index_t m : {1, 8, 33}) cases.push_back({m, 67, 1056, 1057, 67, m == 8, m != 1, 2, 0});
   std::uniform_int_distribution<int> coin(0, 1), quarter(0, 3);
   while (int(cases.size()) < count) {
     Case c{};

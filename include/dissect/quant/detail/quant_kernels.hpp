@@ -42,8 +42,9 @@ namespace dissect::quant::detail {
 // ---- declarations -------------------------------------------------------------------------------
 
 /// x: [m, K] (row i at x + i·ldx)  W: [N, K]  bias: [N] or null  →  y: [m, N] (row i at
-/// y + i·ldy), written, never read. `threads` > 1 splits N over OpenMP threads when built with
-/// OpenMP; the scalar path ignores it. m = 0 or N = 0 does nothing.
+/// y + i·ldy), written, never read. `threads` > 1 splits N over up to that many OpenMP threads
+/// when built with OpenMP (fewer when W is too small to pay for the fork: 32k weights each); the
+/// scalar path ignores it. m = 0 or N = 0 does nothing.
 /// @throws ConfigError for a path outside the enum, one that has no kernel for the format, or
 ///         threads < 1; Error when the CPU lacks the path or a pointer is null; ShapeError for
 ///         K < 1, q4_0 K not a multiple of 32, m or N < 0, ldx < K or ldy < N.

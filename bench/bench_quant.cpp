@@ -1,0 +1,305 @@
+// bench_quant — the low-precision weight formats against fp32 in the decode regime: M = 1 (one
+// token) and M = 8 (a small batch) at 7B shapes, weights streamed from DRAM (each iteration
+// uses the next of enough copies of the layer that none is ever in cache), 1 and 2 threads.
+// There bytes per weight are the speed: bf16 halves them, int8 quarters them, q4_0 reads 4.5
+// bits. Each format runs on its best path for this CPU and, where the choice is interesting, on
+// the alternative too (avx512 for int8 / q4_0; avx512_bf16 for bf16 at small M, avx512 at large).
+// M = 128 (prefill) runs fp32 and bf16 only: compute-bound, the dot-product path's case.
+//
+//   bench_quant --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+#include <cstring>
+#include <optional>
+
+#include "bench_support.hpp"
+#include "dissect/io/half.hpp"
+#include "dissect/quant/detail/quant_kernels.hpp"
+#include "dissect/quant/kernel_path.hpp"
+
+namespace dissect::bench {
+namespace {
+
+namespace qd = quant::detail;
+using quant::KernelPath;
+using quant::WeightFormat;
+
+// > 2× the 480 MiB of L3 this VM reports (the host's; bench_decode's 512 MB assumed 32 MiB).
+constexpr double streamed_bytes = 1.1e9;
+
+enum class Format { fp32, bf16, int8, q4_0 };
+
+struct Case {
+  LinearShape shape;
+  index_t tokens;
+  int threads;
+  Format format;
+  KernelPath path;  // unused for fp32
+};
+
+int copies_for(double layer_bytes) {
+  return std::max(2, int(std::ceil(streamed_bytes / layer_bytes)));
+}
+
+/// A cheap generator for a gigabyte of bytes (std::mt19937 would dominate set-up).
+struct SplitMix {
+  std::uint64_t state;
+  std::uint64_t next() {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  float uniform() { return float(next() >> 40) * 0x1.0p-24f * 2.0f - 1.0f; }  // [−1, 1)
+};
+
+/// `copies` copies of one random layer in each format's layout, laid end to end; copy c's view.
+/// Copies of one layer, not distinct layers: what is timed is where the bytes come from.
+struct QuantLayers {
+  QuantLayers(Format format, index_t N, index_t K, int copies) : format(format), N(N), K(K) {
+    SplitMix rng{42};
+    const auto n = static_cast<std::size_t>(N), k = static_cast<std::size_t>(K);
+    const auto c = static_cast<std::size_t>(copies);
+    switch (format) {
+      case Format::bf16:
+        u16.resize(c * n * k);
+        for (std::size_t i = 0; i < n * k; ++i) u16[i] = float_to_bf16(0.05f * rng.uniform());
+        break;
+      case Format::int8:
+        i8.resize(c * n * k);
+        f32.resize(c * n);
+        i32.resize(c * n);
+        for (std::size_t i = 0; i < n * k; ++i) {
+          i8[i] = static_cast<std::int8_t>(int(rng.next() % 255) - 127);
+          i32[i / k] += i8[i];
+        }
+        for (std::size_t i = 0; i < n; ++i) f32[i] = 1e-3f * (1.5f + rng.uniform());
+        break;
+      case Format::q4_0:
+        u8.resize(c * n * k / 2);
+        u16.resize(c * n * k / 32);
+        for (std::size_t i = 0; i < n * k / 2; ++i) u8[i] = static_cast<std::uint8_t>(rng.next());
+        for (std::size_t i = 0; i < n * k / 32; ++i) {
+          u16[i] = float_to_fp16(5e-3f * (1.5f + rng.uniform()));
+        }
+        break;
+      case Format::fp32:
+        break;
+    }
+    for (std::size_t copy = 1; copy < c; ++copy) {
+      replicate(u8, copy, c);
+      replicate(u16, copy, c);
+      replicate(i8, copy, c);
+      replicate(f32, copy, c);
+      replicate(i32, copy, c);
+    }
+  }
+  template <class T>
+  static void replicate(std::vector<T>& v, std::size_t copy, std::size_t copies) {
+    const std::size_t one = v.size() / copies;
+    if (one) std::memcpy(v.data() + copy * one, v.data(), one * sizeof(T));
+  }
+
+  qd::Bf16WeightsView bf16(std::size_t copy) const {
+    return {u16.data() + copy * std::size_t(N * K), N, K};
+  }
+  qd::Int8WeightsView int8(std::size_t copy) const {
+    return {i8.data() + copy * std::size_t(N * K), f32.data() + copy * std::size_t(N),
+            i32.data() + copy * std::size_t(N), N, K};
+  }
+  qd::Q4WeightsView q4(std::size_t copy) const {
+    return {u8.data() + copy * std::size_t(N * K / 2), u16.data() + copy * std::size_t(N * K / 32),
+            N, K};
+  }
+
+  /// y = x·Ŵᵀ with copy `copy`'s weights on `path`.
+  void run(KernelPath path, std::size_t copy, const float* x, index_t m, float* y, int threads,
+           const float* bias) const {
+    switch (format) {
+      case Format::bf16:
+        qd::quantized_matmul(path, bf16(copy), x, K, m, y, N, bias, threads);
+        break;
+      case Format::int8:
+        qd::quantized_matmul(path, int8(copy), x, K, m, y, N, bias, threads);
+        break;
+      case Format::q4_0:
+        qd::quantized_matmul(path, q4(copy), x, K, m, y, N, bias, threads);
+        break;
+      case Format::fp32:
+        break;
+    }
+  }
+
+  double weight_value(index_t n, index_t k) const {
+    switch (format) {
+      case Format::bf16:
+        return qd::weight_value(bf16(0), n, k);
+      case Format::int8:
+        return qd::weight_value(int8(0), n, k);
+      case Format::q4_0:
+        return qd::weight_value(q4(0), n, k);
+      case Format::fp32:
+        break;
+    }
+    return 0.0;
+  }
+
+  Format format;
+  index_t N, K;
+  std::vector<std::uint8_t> u8;
+  std::vector<std::uint16_t> u16;
+  std::vector<std::int8_t> i8;
+  std::vector<float> f32;
+  std::vector<std::int32_t> i32;
+};
+
+/// Bytes one pass over the layer's weights reads (int8's row sums are not read).
+double layer_bytes(Format format, double N, double K) {
+  switch (format) {
+    case Format::fp32:
+      return 4 * N * K;
+    case Format::bf16:
+      return 2 * N * K;
+    case Format::int8:
+      return N * K + 4 * N;
+    case Format::q4_0:
+      return N * K / 2 + 2 * N * K / 32;
+  }
+  return 0;
+}
+
+const char* format_name(Format format) {
+  switch (format) {
+    case Format::fp32:
+      return "fp32";
+    case Format::bf16:
+      return "bf16";
+    case Format::int8:
+      return "int8";
+    case Format::q4_0:
+      return "q4_0";
+  }
+  return "?";
+}
+
+void report(benchmark::State& state, const Case& c, const char* path) {
+  const double N = double(c.shape.out), K = double(c.shape.in);
+  set_weight_bytes(state, layer_bytes(c.format, N, K));
+  set_flops(state, 2.0 * double(c.tokens) * N * K);
+  state.counters["tokens/s"] = benchmark::Counter(
+      double(c.tokens), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.SetLabel(context_label(c.threads) + ", " + path);
+}
+
+/// The first and last rows of y against the scalar oracle, with a bound loose enough for every
+/// path (the quantising ones err by ≤ ~0.4 % of Σ|x·ŵ|) and far below what a wrong kernel makes.
+void verify(const char* what, const QuantLayers& layers, const Tensor<float, 2>& x,
+            const std::vector<float>& bias, const std::vector<float>& y) {
+  const index_t m = x.dim(0), K = layers.K, N = layers.N;
+  std::vector<float> want(static_cast<std::size_t>(N));
+  for (index_t row : {index_t{0}, m - 1}) {
+    layers.run(KernelPath::scalar, 0, x.data() + row * K, 1, want.data(), 1, bias.data());
+    for (index_t n = 0; n < N; ++n) {
+      double scale = std::abs(bias[std::size_t(n)]);
+      for (index_t k = 0; k < K; ++k) scale += std::abs(x(row, k) * layers.weight_value(n, k));
+      const double got = y[std::size_t(row * N + n)];
+      if (!(std::abs(got - want[std::size_t(n)]) <= 1e-2 * scale)) {
+        std::fprintf(stderr, "%s: wrong result at [%td, %td]: %g vs %g\n", what, row, n, got,
+                     double(want[std::size_t(n)]));
+        std::exit(1);
+      }
+    }
+  }
+}
+
+void bench_quantized(benchmark::State& state, Case c) {
+  use_threads(c.threads);
+  const index_t N = c.shape.out, K = c.shape.in;
+  const int copies = copies_for(layer_bytes(c.format, double(N), double(K)));
+  const QuantLayers layers(c.format, N, K, copies);
+  const auto x = random_tensor<2>({c.tokens, K}, 7);
+  std::vector<float> bias(static_cast<std::size_t>(N), 0.25f);
+  std::vector<float> y(static_cast<std::size_t>(c.tokens * N));
+  layers.run(c.path, 0, x.data(), c.tokens, y.data(), c.threads, bias.data());
+  verify(format_name(c.format), layers, x, bias, y);
+  std::size_t copy = 0;
+  for (auto _ : state) {
+    copy = (copy + 1) % std::size_t(copies);
+    layers.run(c.path, copy, x.data(), c.tokens, y.data(), c.threads, bias.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  report(state, c, std::string(quant::kernel_path_name(c.path)).c_str());
+}
+
+/// The baseline: dissect's fp32 Linear on the same shapes, in the same run.
+void bench_fp32(benchmark::State& state, Case c) {
+  use_threads(c.threads);
+  const int copies = copies_for(layer_bytes(Format::fp32, double(c.shape.out), double(c.shape.in)));
+  std::vector<Linear<float>> layers;
+  for (int i = 0; i < copies; ++i) {
+    layers.emplace_back(c.shape.in, c.shape.out, LinearOptions{.seed = std::uint64_t(i)});
+  }
+  const auto x = random_tensor<2>({c.tokens, c.shape.in}, 7);
+  Tensor<float, 2> y({c.tokens, c.shape.out});
+  layers[0].forward_into(x, y);
+  verify_rows("quant/fp32", x, layers[0].weight(), layers[0].bias(), y);
+  std::size_t index = 0;
+  for (auto _ : state) {
+    layers[++index % layers.size()].forward_into(x, y);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  report(state, c, "Linear<float>::forward_into");
+}
+
+void register_all() {
+  std::vector<int> thread_counts = {1};
+#ifdef _OPENMP
+  if (omp_get_max_threads() > 1) thread_counts.push_back(omp_get_max_threads());
+#endif
+  std::printf("kernel paths this CPU supports:");
+  for (KernelPath p : quant::supported_kernel_paths()) {
+    std::printf(" %s", std::string(quant::kernel_path_name(p)).c_str());
+  }
+  std::printf("\n\n");
+  for (const auto& shape : llama7b_shapes) {
+    for (index_t tokens : {1, 8, 128}) {
+      for (int threads : thread_counts) {
+        const std::string s = std::to_string(shape.in) + "x" + std::to_string(shape.out) +
+                              "/M=" + std::to_string(tokens) +
+                              "/threads=" + std::to_string(threads);
+        auto add = [&](Format format, std::optional<KernelPath> path) {
+          const Case c{shape, tokens, threads, format, path.value_or(KernelPath::scalar)};
+          const std::string name = std::string("quant/") + format_name(format) + "/" +
+                                   (path ? std::string(quant::kernel_path_name(*path)) : "eigen") +
+                                   "/" + s;
+          benchmark::RegisterBenchmark(name.c_str(), path ? bench_quantized : bench_fp32, c)
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        };
+        auto best = [&](WeightFormat format) { return quant::best_kernel_path(format, tokens); };
+        auto alternative = [&](KernelPath best_path, KernelPath other) {
+          return other != best_path && quant::cpu_supports(other);
+        };
+        add(Format::fp32, std::nullopt);
+        const KernelPath bf16 = best(WeightFormat::bf16);
+        add(Format::bf16, bf16);
+        for (KernelPath other : {KernelPath::avx512, KernelPath::avx512_bf16}) {
+          if (alternative(bf16, other)) add(Format::bf16, other);
+        }
+        if (tokens > 8) continue;  // prefill: fp32 against bf16 only
+        const KernelPath int8 = best(WeightFormat::int8), q4 = best(WeightFormat::q4_0);
+        add(Format::int8, int8);
+        if (alternative(int8, KernelPath::avx512)) add(Format::int8, KernelPath::avx512);
+        add(Format::q4_0, q4);
+        if (alternative(q4, KernelPath::avx512)) add(Format::q4_0, KernelPath::avx512);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dissect::bench
+
+int main(int argc, char** argv) {
+  return dissect::bench::run_benchmarks(argc, argv, dissect::bench::register_all);
+}
