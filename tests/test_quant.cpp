@@ -374,15 +374,8 @@ TEST(QuantizedLinear, QLoRAAdapterOnAQuantisedBase) {
 
 // ---- whole models ------------------------------------------------------------------------------
 
-TransformerConfig quantisable_llama() {
-  auto config = testing::small_llama(37);
-  config.d_model = 32;
-  config.d_ff = 64;
-  return config;
-}
-
 TEST(QuantizedModel, EveryLinearAndNothingElse) {
-  LlamaModel<float> model(quantisable_llama(), {.seed = 9});
+  LlamaModel<float> model(testing::quantisable_llama(), {.seed = 9});
   const LlamaModel<float> original = model;
   const auto float_bytes = linear_weight_bytes(model);
   const auto paths = quantize_model(model, WeightFormat::int8);

@@ -16,19 +16,12 @@
 namespace dissect {
 namespace {
 
-TransformerConfig quantisable_llama() {
-  auto config = testing::small_llama(37);
-  config.d_model = 32;
-  config.d_ff = 64;
-  return config;
-}
-
 TEST(QuantizedFile, EveryFormatRoundTripsBitForBit) {
   testing::TemporaryDirectory dir;
   const auto ids = testing::random_ids(2 * 5, 37, 3);
   for (const auto format : {WeightFormat::bf16, WeightFormat::int8, WeightFormat::q4_0}) {
     SCOPED_TRACE(std::string(weight_format_name(format)));
-    LlamaModel<float> model(quantisable_llama(), {.seed = 5});
+    LlamaModel<float> model(testing::quantisable_llama(), {.seed = 5});
     quantize_model(model, format);
     const auto path = dir / (std::string(weight_format_name(format)) + ".safetensors");
     save_model(path, model);
@@ -81,7 +74,7 @@ void rewrite(
 
 TEST(QuantizedFile, RefusedFilesNameTheTensor) {
   testing::TemporaryDirectory dir;
-  LlamaModel<float> model(quantisable_llama(), {.seed = 5});
+  LlamaModel<float> model(testing::quantisable_llama(), {.seed = 5});
   quantize_model(model, WeightFormat::q4_0);
   save_model(dir / "q4.safetensors", model);
   const auto refuse = [&](const std::string& name, const auto& edit, const std::string& message) {

@@ -31,6 +31,14 @@ inline TransformerConfig small_llama(index_t vocab = 23) {
           .ffn = Ffn::gated};
 }
 
+/// small_llama at D = 32, F = 64 (V = 37): every in_features a multiple of q4_0's 32.
+inline TransformerConfig quantisable_llama() {
+  auto config = small_llama(37);
+  config.d_model = 32;
+  config.d_ff = 64;
+  return config;
+}
+
 /// `count` ids uniform in [0, vocab), from `seed`.
 inline std::vector<index_t> random_ids(std::size_t count, index_t vocab, std::uint64_t seed) {
   std::mt19937_64 engine(seed);
