@@ -141,7 +141,7 @@ inline void quantized_matmul(KernelPath path, const Bf16WeightsView& w, const fl
   if (m == 0 || w.rows == 0) return;
   const Output out{y, ldy, bias};
   switch (path) {
-#if DISSECT_QUANT_X86
+#if DISSECT_X86
     case KernelPath::avx2:
       drive<Bf16Avx2>({w, x, ldx, out}, m, w.rows, w.cols, threads);
       return;
@@ -165,7 +165,7 @@ inline void quantized_matmul(KernelPath path, const Int8WeightsView& w, const fl
   if (m == 0 || w.rows == 0) return;
   const Output out{y, ldy, bias};
   switch (path) {
-#if DISSECT_QUANT_X86
+#if DISSECT_X86
     case KernelPath::avx2:
       drive<Int8Avx2>({w, x, ldx, out}, m, w.rows, w.cols, threads);
       return;
@@ -189,7 +189,7 @@ inline void quantized_matmul(KernelPath path, const Q4WeightsView& w, const floa
   if (m == 0 || w.rows == 0) return;
   const Output out{y, ldy, bias};
   switch (path) {
-#if DISSECT_QUANT_X86
+#if DISSECT_X86
     case KernelPath::avx2:
       drive<Q4Avx2>({w, x, ldx, out}, m, w.rows, w.cols, threads);
       return;

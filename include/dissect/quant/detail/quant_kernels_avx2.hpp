@@ -9,7 +9,7 @@
 
 #include "dissect/quant/detail/quant_tiles.hpp"
 
-#if DISSECT_QUANT_X86
+#if DISSECT_X86
 
 namespace dissect::quant::detail {
 
@@ -148,4 +148,4 @@ struct Q4Avx2 {
 
 }  // namespace dissect::quant::detail
 
-#endif  // DISSECT_QUANT_X86
+#endif  // DISSECT_X86

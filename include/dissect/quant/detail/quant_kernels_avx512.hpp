@@ -10,7 +10,7 @@
 
 #include "dissect/quant/detail/quant_tiles.hpp"
 
-#if DISSECT_QUANT_X86
+#if DISSECT_X86
 
 // GCC 12's own AVX-512 intrinsics (_mm512_undefined_* passthroughs) trip its (maybe-)uninitialized
 // warnings wherever they are inlined (GCC PR 105593): silenced for these kernels only.
@@ -529,4 +529,4 @@ inline void q4_vnni(const Q4WeightsView& w, const float* x, index_t ldx, index_t
 #pragma GCC diagnostic pop
 #endif
 
-#endif  // DISSECT_QUANT_X86
+#endif  // DISSECT_X86

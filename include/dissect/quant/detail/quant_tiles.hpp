@@ -16,19 +16,7 @@
 #include <omp.h>
 #endif
 
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#define DISSECT_QUANT_X86 1
-#include <immintrin.h>
-// Each path's functions are compiled for its own instruction set, whatever the build's -march.
-#define DISSECT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define DISSECT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-#define DISSECT_TARGET_VNNI \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
-#define DISSECT_TARGET_BF16 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
-#else
-#define DISSECT_QUANT_X86 0
-#endif
+#include "dissect/detail/simd_targets.hpp"
 
 namespace dissect::quant::detail {
 

@@ -1,0 +1,19 @@
+// dissect/detail/simd_targets.hpp — private: the instruction-set targets of dissect's kernels.
+//
+// Programs using dissect are built for plain x86-64, so each SIMD kernel carries its own target
+// attribute and is chosen at run time (quant/kernel_path.hpp): a default-flags build still runs
+// AVX-512 where the CPU has it. Off x86 (or off GCC/Clang) only the portable paths exist.
+#pragma once
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define DISSECT_X86 1
+#include <immintrin.h>
+#define DISSECT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define DISSECT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define DISSECT_TARGET_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define DISSECT_TARGET_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+#else
+#define DISSECT_X86 0
+#endif
