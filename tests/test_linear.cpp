@@ -343,8 +343,10 @@ TYPED_TEST(LinearAlgebra, FoldingLeadingAxesChangesNothing) {
 TYPED_TEST(LinearAlgebra, HandWrittenFormulaAgreesExactly) {
   // The seed article's check: a hand-written x @ W.T + b with the layer's own weights gives the
   // same output, difference 0 — first on its 1 → 1 demo over linspace(−5, 5, 100), then at
-  // GPT-2's FFN width. Exactness needs the same kernel on both sides, so one thread: a threaded
-  // Eigen GEMM blocks the reduction differently.
+  // GPT-2's FFN width. Exactness needs the same kernel on both sides: one thread (a threaded
+  // Eigen GEMM blocks the reduction differently) and, in float, the Eigen path pinned (the
+  // default runs dissect's own GEMM, which sums in another order; it must agree within the
+  // reduction bound 2·K·u·(|x|·|W|ᵀ + |b|)).
   [[maybe_unused]] const testing::SingleThreadedScope single_threaded;
   for (auto [m, in, out] : {std::tuple<index_t, index_t, index_t>{100, 1, 1}, {16, 768, 3072}}) {
     Linear<TypeParam> layer(in, out, {.init = InitScheme::kaiming_normal, .seed = 7});
@@ -355,7 +357,17 @@ TYPED_TEST(LinearAlgebra, HandWrittenFormulaAgreesExactly) {
     Tensor<TypeParam, 2> by_hand({m, out});
     by_hand.matrix() = x.matrix() * layer.weight().matrix().transpose();
     by_hand.matrix().rowwise() += layer.bias().vector().transpose();
-    EXPECT_TENSOR_EQ(layer.forward(x), by_hand);
+    {
+      const testing::ScopedKernelPath eigen(quant::KernelPath::scalar);
+      EXPECT_TENSOR_EQ(layer.forward(x), by_hand);
+    }
+    Tensor<double, 2> bound({m, out});
+    bound.matrix() = x.matrix().template cast<double>().cwiseAbs() *
+                     layer.weight().matrix().template cast<double>().cwiseAbs().transpose();
+    bound.matrix().rowwise() +=
+        layer.bias().vector().template cast<double>().cwiseAbs().transpose();
+    bound.matrix() *= 2.0 * double(in + 1) * testing::unit_roundoff<TypeParam>();
+    EXPECT_TENSOR_WITHIN(layer.forward(x), by_hand, bound);
   }
 }
 

@@ -5,6 +5,13 @@
 // heads back to [B, T, D] and projects them (c_proj). FeedForward is GPT-2's MLP, D → F → D;
 // GatedFeedForward is LLaMA's SwiGLU. Every block checks its shapes at the boundary, and its
 // backward returns the input gradient and adds into the gradients of its Linear members.
+//
+// pack() readies a float block for inference (and freezes it): its weights are laid out once for
+// the packed GEMM (kernels/gemm.hpp), and the forward without a cache then fuses what follows
+// each product into it — the bias everywhere, the activation into the FFN's up projection,
+// SwiGLU's silu(gate)·up into one product over gate and up packed side by side, and, through
+// the residual forms, the residual add into the last projection. A packed block whose layers
+// changed since (a new weight, an adapter) falls back to the unfused forward.
 #pragma once
 
 #include <array>
@@ -81,6 +88,12 @@ class HeadsBlock : public ComposedModule<Derived> {
   index_t head_dim() const { return heads_.head_dim; }
   // for_each_parameter ("qkv.*" or "proj.*"), zero_grad, parameter_count: from ComposedModule.
 
+  /// Packs the projection for inference (Linear::pack): forward then runs the packed GEMM with
+  /// the bias (and AttentionOutput's residual) fused. Freezes it.
+  void pack() requires std::is_same_v<Scalar, float> { linear_.pack(); }
+  void unpack() { linear_.unpack(); }
+  bool packed() const { return linear_.packed(); }
+
  protected:
   HeadsBlock(const char* member, index_t d_model, HeadLayout heads, index_t out_features,
              const LinearOptions& options)
@@ -156,6 +169,10 @@ class AttentionOutput : public detail::HeadsBlock<AttentionOutput<Scalar>, Scala
 
   /// a: [B, H, T, d_k] → y: [B, T, D]. @throws ShapeError if a is not [B, H, T, d_k].
   Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 4> a) const;
+  /// y = forward(a) + residual, the residual [B, T, D] added in the product's epilogue when
+  /// packed. @throws ShapeError if a or the residual does not fit.
+  Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 4> a,
+                            ConstTensorView<Scalar, 3> residual) const;
 
   /// a: [B, H, T, d_k], dy: [B, T, D] → da: [B, H, T, d_k]; adds to proj's gradients. The merge
   /// of a is redone here (a copy of B·T·D values, against the 2·B·T·D² flops of the GEMMs).
@@ -188,20 +205,35 @@ class FeedForwardCore : public ComposedModule<Derived> {
   // for_each_parameter ("gate.*", "up.*", "down.*"), zero_grad, parameter_count: from
   // ComposedModule.
 
-  /// x: [B, T, D] → y: [B, T, D], keeping nothing. @throws ShapeError if x is not [B, T, D].
-  Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 3> x) const {
-    typename Derived::Cache scratch;
-    return static_cast<const Derived&>(*this).forward(x, scratch);
-  }
+  /// x: [B, T, D] → y: [B, T, D], keeping nothing: fused when packed.
+  /// @throws ShapeError if x is not [B, T, D].
+  Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 3> x) const { return forward_fused(x, {}); }
+  /// y = forward(x) + residual, the residual [B, T, D] added in the down projection's epilogue
+  /// when packed. @throws ShapeError if x or the residual is not [B, T, D].
+  Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 3> x,
+                            ConstTensorView<Scalar, 3> residual) const;
+
+  /// Packs the block for inference and freezes it (see the header comment).
+  void pack() requires std::is_same_v<Scalar, float>;
+  void unpack();
+  /// Whether forward without a cache runs fused: packed, and unchanged since.
+  bool packed() const;
 
  protected:
   FeedForwardCore(const char* block, index_t d_model, index_t d_ff, bool bias, InitScheme init,
                   std::optional<std::uint64_t> seed);
 
   void check_input(const char* op, ConstTensorView<Scalar, 3> x) const;
+  /// forward(x) (+ residual when given): fused if packed() holds, else through the cache form.
+  Tensor<Scalar, 3> forward_fused(ConstTensorView<Scalar, 3> x,
+                                  std::optional<ConstTensorView<Scalar, 3>> residual) const;
 
   index_t d_model_, d_ff_;
   std::array<Linear<Scalar>, N> layers_;  // (gate,) up, down
+  /// What pack() built for the D → F products: up alone, or gate and up side by side; and the
+  /// weight generations of the layers it was built from.
+  std::optional<PackedWeight> packed_in_;
+  std::array<std::uint64_t, N> packed_generations_{};
 
  private:
   friend class ComposedModule<Derived>;
@@ -333,6 +365,41 @@ void forward_into_cache(const Linear<Scalar>& layer, ConstTensorView<Scalar, 3> 
 
 inline constexpr std::string_view cache_hint = " (fill the cache with forward(x, cache))";
 
+/// Whether `layer`'s forward is exactly its packed product plus bias (no live adapter), so that
+/// a block may call the packed GEMM with more fused into it.
+template <class Scalar>
+bool runs_packed(const Linear<Scalar>& layer) {
+  return layer.packed() && !(layer.has_adapter() && !layer.adapter_merged());
+}
+
+/// y = act(x·Wᵀ + b) + residual on a packed weight (`packed`, by default the layer's own), the
+/// bias the layer's (and `up` 's for a gated weight). x, y: [..., in] / [..., out], contiguous.
+template <class Scalar, std::size_t Rank>
+void packed_forward(const Linear<Scalar>& layer, ConstTensorView<Scalar, Rank> x,
+                    TensorView<Scalar, Rank> y,
+                    std::optional<ConstTensorView<Scalar, Rank>> residual = std::nullopt,
+                    std::optional<Activation> activation = std::nullopt,
+                    const PackedWeight* packed = nullptr, const Linear<Scalar>* up = nullptr) {
+  if constexpr (std::is_same_v<Scalar, float>) {
+    const PackedWeight& w = packed ? *packed : layer.packed_weight();
+    const index_t in = x.shape()[Rank - 1], out = y.shape()[Rank - 1];
+    const Epilogue epilogue{.bias = layer.has_bias() ? layer.bias().data() : nullptr,
+                            .activation = activation,
+                            .up_bias = up && up->has_bias() ? up->bias().data() : nullptr,
+                            .residual = residual ? residual->data() : nullptr,
+                            .residual_stride = out};
+    packed_matmul(x.data(), in, in ? x.size() / in : 0, w, y.data(), out, epilogue);
+  } else {
+    throw Error("packed_forward: packed weights are float only");
+  }
+}
+
+/// y += residual (same shape, checked by the caller).
+template <class Scalar>
+void add_residual(Tensor<Scalar, 3>& y, ConstTensorView<Scalar, 3> residual) {
+  for (index_t i = 0; i < y.size(); ++i) y.data()[i] += residual.data()[i];
+}
+
 }  // namespace detail
 
 // ---- QKVProjection ------------------------------------------------------------------------------
@@ -421,6 +488,25 @@ Tensor<Scalar, 3> AttentionOutput<Scalar>::forward(ConstTensorView<Scalar, 4> a)
 }
 
 template <class Scalar>
+Tensor<Scalar, 3> AttentionOutput<Scalar>::forward(ConstTensorView<Scalar, 4> a,
+                                                   ConstTensorView<Scalar, 3> residual) const {
+  const char* op = "AttentionOutput::forward";
+  check_input(op, a);
+  detail::check_block_shape(
+      op, "residual", residual, detail::concat("[B, T, D=", this->d_model_, "]"),
+      Shape<3>{a.dim(0), a.dim(2), this->d_model_}, "a", format_shape(a.shape()));
+  const auto rows = merged(a);
+  if (detail::runs_packed(this->linear_)) {
+    auto y = Tensor<Scalar, 3>::uninitialized(residual.shape());
+    detail::packed_forward<Scalar, 3>(this->linear_, rows.cview(), y.view(), residual);
+    return y;
+  }
+  auto y = this->linear_.forward(rows);
+  detail::add_residual<Scalar>(y, residual);
+  return y;
+}
+
+template <class Scalar>
 Tensor<Scalar, 4> AttentionOutput<Scalar>::backward(ConstTensorView<Scalar, 4> a,
                                                     ConstTensorView<Scalar, 3> dy) {
   check_input("AttentionOutput::backward", a);
@@ -453,6 +539,75 @@ template <class Derived, class Scalar, std::size_t N>
 void FeedForwardCore<Derived, Scalar, N>::check_input(const char* op,
                                                       ConstTensorView<Scalar, 3> x) const {
   check_block_tokens(op, "x", x, "D", d_model_);
+}
+
+template <class Derived, class Scalar, std::size_t N>
+void FeedForwardCore<Derived, Scalar, N>::pack() requires std::is_same_v<Scalar, float> {
+  auto& up_layer = layers_[N - 2];
+  for (auto& layer : layers_) {
+    if (layer.quantized()) {
+      throw Error("FeedForward::pack: a layer is quantised; its own kernels already run packed");
+    }
+    layer.set_frozen(true);
+  }
+  layers_[N - 1].pack();
+  if constexpr (N == 3) {
+    const auto& gate = layers_[0];
+    packed_in_.emplace(PackedWeight::gated(gate.weight().data(), up_layer.weight().data(), d_ff_,
+                                           d_model_, d_model_, d_model_));
+  } else {
+    packed_in_.emplace(up_layer.weight().data(), d_ff_, d_model_, d_model_);
+  }
+  for (std::size_t i = 0; i < N; ++i) packed_generations_[i] = layers_[i].weight_generation();
+}
+
+template <class Derived, class Scalar, std::size_t N>
+void FeedForwardCore<Derived, Scalar, N>::unpack() {
+  packed_in_.reset();
+  layers_[N - 1].unpack();
+}
+
+template <class Derived, class Scalar, std::size_t N>
+bool FeedForwardCore<Derived, Scalar, N>::packed() const {
+  if (!packed_in_ || !runs_packed(layers_[N - 1])) return false;
+  for (std::size_t i = 0; i + 1 < N; ++i) {
+    const auto& layer = layers_[i];
+    if (layer.weight_generation() != packed_generations_[i] || layer.has_adapter()) return false;
+  }
+  return true;
+}
+
+template <class Derived, class Scalar, std::size_t N>
+Tensor<Scalar, 3> FeedForwardCore<Derived, Scalar, N>::forward(
+    ConstTensorView<Scalar, 3> x, ConstTensorView<Scalar, 3> residual) const {
+  check_input("FeedForward::forward", x);
+  check_block_shape("FeedForward::forward", "residual", residual, token_shape_text("D", d_model_),
+                    x.shape(), "x", format_shape(x.shape()));
+  return forward_fused(x, residual);
+}
+
+template <class Derived, class Scalar, std::size_t N>
+Tensor<Scalar, 3> FeedForwardCore<Derived, Scalar, N>::forward_fused(
+    ConstTensorView<Scalar, 3> x, std::optional<ConstTensorView<Scalar, 3>> residual) const {
+  const auto& self = static_cast<const Derived&>(*this);
+  if (!packed()) {
+    typename Derived::Cache scratch;
+    auto y = self.forward(x, scratch);
+    if (residual) add_residual<Scalar>(y, *residual);
+    return y;
+  }
+  check_input("FeedForward::forward", x);
+  auto hidden = Tensor<Scalar, 3>::uninitialized({x.dim(0), x.dim(1), d_ff_});
+  if constexpr (N == 3) {  // silu(x·W_gᵀ + b_g) ⊙ (x·W_uᵀ + b_u) in one product
+    packed_forward<Scalar, 3>(layers_[0], x, hidden.view(), std::nullopt, Activation::silu,
+                              &*packed_in_, &layers_[1]);
+  } else {
+    packed_forward<Scalar, 3>(layers_[0], x, hidden.view(), std::nullopt, self.activation(),
+                              &*packed_in_);
+  }
+  auto y = Tensor<Scalar, 3>::uninitialized(x.shape());
+  packed_forward<Scalar, 3>(layers_[N - 1], hidden.cview(), y.view(), residual);
+  return y;
 }
 
 /// Before any gradient is touched: x is [B, T, D], dy is x's shape and every cached tensor is

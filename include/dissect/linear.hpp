@@ -11,6 +11,12 @@
 // (lora_adapter.hpp): y = x·Wᵀ + b + (α/r)·(x·Aᵀ)·Bᵀ with W frozen, which is how whole models are
 // adapted without changing their type (lora.hpp applies adapters by name).
 //
+// A float layer can be packed for inference (pack()): W is also laid out once in the order the
+// GEMM micro-kernels read it (kernels/packed_weight.hpp), so forward neither repacks it per call
+// nor, at few tokens, streams it twice. Packing freezes the layer, and the layer repacks
+// whenever W changes through its own API; writes through the weight() view are not seen until
+// pack() is called again (optimizers skip a frozen layer).
+//
 // A float layer can also store W in a low-precision format (quant/weight_format.hpp: bf16, int8,
 // q4_0): forward then runs the quantised kernels, and W itself holds Ŵ, the dequantised values, so
 // that backward (dx only: a quantised layer is frozen, the base of a QLoRA adapter), the module
@@ -29,6 +35,7 @@
 #include "dissect/error.hpp"
 #include "dissect/init.hpp"
 #include "dissect/kernels.hpp"
+#include "dissect/kernels/packed_weight.hpp"
 #include "dissect/lora_adapter.hpp"
 #include "dissect/module.hpp"
 #include "dissect/quant/weight_format.hpp"
@@ -143,6 +150,22 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// Bytes of W as forward reads it: the quantised values and scales, or out·in·sizeof(Scalar).
   index_t weight_bytes() const;
 
+  /// Lays W out for the packed GEMM and freezes the layer: forward then runs packed_matmul
+  /// with the bias fused. A later set_weight, merge_adapter or unmerge_adapter repacks;
+  /// set_frozen(false), quantize and unpack drop the packed copy (which costs out·in floats).
+  /// @throws Error if the layer is quantised (its own kernels already read packed bytes).
+  void pack() requires std::is_same_v<Scalar, float>;
+  void unpack() {
+    packed_.reset();
+    ++weight_generation_;
+  }
+  bool packed() const { return packed_.has_value(); }
+  /// @throws Error if the layer is not packed.
+  const PackedWeight& packed_weight() const;
+  /// Changes whenever W or the way forward reads it changes through this layer's API (not
+  /// through the weight() view): what a block that packs several layers together checks.
+  std::uint64_t weight_generation() const { return weight_generation_; }
+
   /// Visits "weight" (and "bias") with their gradients — empty when frozen — and an adapter's
   /// "lora_A.weight" and "lora_B.weight": the module protocol.
   template <class Visitor>
@@ -217,7 +240,12 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   std::optional<LoRAAdapter<Scalar>> adapter_;
   bool merged_ = false;
   std::optional<QuantizedWeight> quantized_;
-  /// y = x·Wᵀ + b on the quantised kernels or in Scalar, then the adapter's term.
+  std::optional<PackedWeight> packed_;
+  std::uint64_t weight_generation_ = 0;
+  /// After W changed through the layer's API: a packed layer repacks.
+  void weight_changed();
+  /// y = x·Wᵀ + b on the quantised kernels, the packed GEMM or in Scalar, then the adapter's
+  /// term.
   void forward_matrix(const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> y) const;
   void require_not_quantized(const char* op) const;
 };
@@ -329,7 +357,9 @@ void Linear<Scalar>::set_quantized_weight(
   }
   weight.dequantize_into(weight_.view());
   set_frozen(true);
+  packed_.reset();
   quantized_.emplace(std::move(weight));
+  ++weight_generation_;
 }
 
 template <class Scalar>
@@ -342,6 +372,7 @@ template <class Scalar>
 void Linear<Scalar>::dequantize() {
   if (!quantized_) throw Error("Linear::dequantize: the layer is not quantised");
   quantized_.reset();
+  ++weight_generation_;
 }
 
 template <class Scalar>
@@ -361,6 +392,14 @@ void Linear<Scalar>::forward_matrix(const ConstMatrixRef<Scalar>& x, MatrixRef<S
       if (adapter_ && !merged_) adapter_->forward_add(x, y);
       return;
     }
+    if (packed_) {
+      Epilogue epilogue;
+      epilogue.bias = has_bias_ ? bias_.data() : nullptr;
+      packed_matmul(x.data(), x.outerStride(), x.rows(), *packed_, y.data(), y.outerStride(),
+                    epilogue);
+      if (adapter_ && !merged_) adapter_->forward_add(x, y);
+      return;
+    }
   }
   linear_forward<Scalar>(x, weight_.matrix(), bias_map(), y);
   if (adapter_ && !merged_) adapter_->forward_add(x, y);
@@ -369,6 +408,10 @@ void Linear<Scalar>::forward_matrix(const ConstMatrixRef<Scalar>& x, MatrixRef<S
 template <class Scalar>
 void Linear<Scalar>::set_frozen(bool frozen) {
   if (!frozen) require_not_quantized("set_frozen(false)");
+  if (!frozen) {
+    if (packed_) unpack();  // training writes W through views the pack cannot see
+    ++weight_generation_;   // so may the optimizer: a block's packing must not trust W now
+  }
   if (frozen == frozen_) return;
   frozen_ = frozen;
   set_gradient_frozen(weight_grad_, weight_.shape(), frozen);
@@ -392,6 +435,7 @@ LoRAAdapter<Scalar>& Linear<Scalar>::attach_adapter(LoRAAdapter<Scalar> adapter)
   set_frozen(true);
   adapter_.emplace(std::move(adapter));
   merged_ = false;
+  ++weight_generation_;
   return *adapter_;
 }
 
@@ -400,6 +444,7 @@ LoRAAdapter<Scalar> Linear<Scalar>::detach_adapter() {
   LoRAAdapter<Scalar> adapter = std::move(with_adapter("detach_adapter"));
   adapter_.reset();
   merged_ = false;
+  ++weight_generation_;
   return adapter;
 }
 
@@ -410,6 +455,7 @@ void Linear<Scalar>::merge_adapter() {
   require_not_quantized("merge_adapter");
   adapter.add_delta_to(weight_.view(), Scalar(1));
   merged_ = true;
+  weight_changed();
 }
 
 template <class Scalar>
@@ -418,12 +464,36 @@ void Linear<Scalar>::unmerge_adapter() {
   if (!merged_) throw Error("Linear::unmerge_adapter: the adapter is not merged");
   adapter.add_delta_to(weight_.view(), Scalar(-1));
   merged_ = false;
+  weight_changed();
 }
 
 template <class Scalar>
 void Linear<Scalar>::set_weight(ConstTensorView<Scalar, 2> weight) {
   require_not_quantized("set_weight");
   assign_parameter("Linear", "weight", "[out_features, in_features]", weight_, weight);
+  weight_changed();
+}
+
+template <class Scalar>
+void Linear<Scalar>::weight_changed() {
+  ++weight_generation_;
+  if constexpr (std::is_same_v<Scalar, float>) {
+    if (packed_) packed_.emplace(weight_.data(), out_features(), in_features(), in_features());
+  }
+}
+
+template <class Scalar>
+void Linear<Scalar>::pack() requires std::is_same_v<Scalar, float> {
+  require_not_quantized("pack");
+  set_frozen(true);
+  packed_.emplace(weight_.data(), out_features(), in_features(), in_features());
+  ++weight_generation_;
+}
+
+template <class Scalar>
+const PackedWeight& Linear<Scalar>::packed_weight() const {
+  if (!packed_) throw Error("Linear::packed_weight: the layer is not packed (call pack())");
+  return *packed_;
 }
 
 template <class Scalar>
@@ -624,6 +694,7 @@ std::ostream& operator<<(std::ostream& out, const Linear<Scalar>& layer) {
       << ", bias=" << (layer.has_bias() ? "true" : "false") << (layer.frozen() ? ", frozen" : "");
   if (layer.quantized())
     out << ", weight=" << weight_format_name(layer.quantized_weight().format());
+  if (layer.packed()) out << ", packed";
   if (layer.has_adapter()) {
     out << ", lora_rank=" << layer.adapter().rank() << ", lora_alpha=" << layer.adapter().alpha()
         << (layer.adapter_merged() ? ", merged" : "");

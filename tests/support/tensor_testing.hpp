@@ -18,6 +18,7 @@
 #endif
 
 #include "dissect/kernels.hpp"
+#include "dissect/quant/kernel_path.hpp"
 #include "dissect/tensor.hpp"
 
 namespace dissect::testing {
@@ -37,6 +38,22 @@ class SingleThreadedScope {
  private:
   int saved_;
 #endif
+};
+
+/// Pins the kernels' code path (quant::force_kernel_path) for a scope, then restores the pin
+/// that was there before.
+class ScopedKernelPath {
+ public:
+  explicit ScopedKernelPath(std::optional<quant::KernelPath> path)
+      : saved_(quant::forced_kernel_path()) {
+    quant::force_kernel_path(path);
+  }
+  ~ScopedKernelPath() { quant::force_kernel_path(saved_); }
+  ScopedKernelPath(const ScopedKernelPath&) = delete;
+  ScopedKernelPath& operator=(const ScopedKernelPath&) = delete;
+
+ private:
+  std::optional<quant::KernelPath> saved_;
 };
 
 /// The scalar types of typed tests: TYPED_TEST_SUITE(Suite, testing::FloatAndDouble).

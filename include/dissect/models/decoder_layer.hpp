@@ -90,6 +90,19 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
   Tensor<Scalar, 3> backward(ConstTensorView<Scalar, 3> x, Cache& cache,
                              ConstTensorView<Scalar, 3> dy, const RotaryTable<Scalar>* rope);
 
+  /// Packs the layer's four projections for inference (freezing them): infer then runs the
+  /// packed GEMM with bias, activation, SwiGLU and the residual adds fused (blocks.hpp).
+  void pack() requires std::is_same_v<Scalar, float> {
+    qkv_.pack();
+    proj_.pack();
+    ffn_.pack();
+  }
+  void unpack() {
+    qkv_.unpack();
+    proj_.unpack();
+    ffn_.unpack();
+  }
+
   /// Inference: as the training forward, keeping nothing (attention by online softmax). With a
   /// KV cache, x holds the T positions after kv->length(): their k and v are written to layer
   /// `layer` of the cache (whose length the model advances) and q attends to every position held.
@@ -110,8 +123,8 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
   static FfnType make_ffn(const TransformerConfig& config, std::uint64_t seed);
   /// q and k rotated in place to positions offset … offset + T − 1 (rotary styles only).
   static void rotate(QKV<Scalar>& qkv, index_t offset, const RotaryTable<Scalar>* rope);
-  /// x₂ + FFN(norm₂(x₂)) without a cache, x₂ = x + attention output: the inference tail.
-  Tensor<Scalar, 3> finish(ConstTensorView<Scalar, 3> x, Tensor<Scalar, 3> attention_out,
+  /// x₂ + FFN(norm₂(x₂)) without a cache, x₂ = x + W_O(attended): the inference tail.
+  Tensor<Scalar, 3> finish(ConstTensorView<Scalar, 3> x, ConstTensorView<Scalar, 4> attended,
                            ShapeTrace* trace) const;
 
   NormType norm1_;
@@ -229,13 +242,12 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::backward(ConstTensorView<Scalar, 
 
 template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::finish(ConstTensorView<Scalar, 3> x,
-                                                      Tensor<Scalar, 3> attention_out,
+                                                      ConstTensorView<Scalar, 4> attended,
                                                       ShapeTrace* trace) const {
+  const auto attention_out = proj_.forward(attended, x);  // the residual add fused when packed
   detail::trace_stage(trace, "head merge + W_O", attention_out.shape());
-  detail::add_into<Scalar>(attention_out, x);
-  auto y = ffn_.forward(norm2_.forward(attention_out));
+  auto y = ffn_.forward(norm2_.forward(attention_out), attention_out);
   detail::trace_stage(trace, "FFN", y.shape());
-  detail::add_into<Scalar>(y, attention_out);
   return y;
 }
 
@@ -259,7 +271,7 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::infer(ConstTensorView<Scalar, 3> 
     detail::trace_attention(trace, qkv, qkv.k.dim(2));
     causal_attention_into(qkv.q, qkv.k, qkv.v, attended);
   }
-  return finish(x, proj_.forward(attended), trace);
+  return finish(x, attended, trace);
 }
 
 }  // namespace dissect

@@ -54,6 +54,16 @@ class DecoderModel : public ComposedModule<DecoderModel<Scalar, Style>> {
   explicit DecoderModel(const TransformerConfig& config, ModelOptions options = {});
 
   const TransformerConfig& config() const { return config_; }
+  /// Packs every layer for inference (DecoderLayer::pack) and an untied head, freezing them;
+  /// the tied head stays as it is (it is the embedding, which training still updates).
+  void pack() requires std::is_same_v<Scalar, float> {
+    for (std::size_t i = 0; i < layers_.size(); ++i) layers_.at(i).pack();
+    if (head_) head_->pack();
+  }
+  void unpack() {
+    for (std::size_t i = 0; i < layers_.size(); ++i) layers_.at(i).unpack();
+    if (head_) head_->unpack();
+  }
   bool tied() const { return !head_.has_value(); }
 
   Embedding<Scalar>& token_embedding() { return embedding_; }
