@@ -1,6 +1,7 @@
 // bench_transformer — whole models, float32, 1 and 2 threads, tokens per second:
 //
 // - prefill: GPT-2 small's forward over T = 128 and 512 prompt tokens (B = 1), logits included;
+//   also with the model packed (gpt2-small-packed: the packed GEMM with fused epilogues);
 // - decode: one token after a KV cache already holding C = 128 or 1023 positions (GPT-2's
 //   context is 1024); the cache is filled once, before timing, and each iteration decodes one
 //   token and then truncates the cache back to C, so every iteration times the same step;
@@ -57,6 +58,17 @@ const TransformerConfig& llama_layer_config() {
 /// Built on first use, then shared: forward is const, and building is the slow part of a run.
 const GPT2Model<float>& gpt2_model() {
   static const GPT2Model<float> model(gpt2_config(), ModelOptions{.seed = 1});
+  return model;
+}
+
+/// GPT-2 small again, packed for inference (DecoderModel::pack): fused epilogues on the packed
+/// GEMM. The tied head stays unpacked (it is the embedding).
+const GPT2Model<float>& gpt2_packed_model() {
+  static const GPT2Model<float> model = [] {
+    GPT2Model<float> packed = gpt2_model();
+    packed.pack();
+    return packed;
+  }();
   return model;
 }
 
@@ -359,6 +371,7 @@ void register_all() {
     return std::string(key) + "=" + std::to_string(value) + "/threads=" + std::to_string(threads);
   };
   const char* gpt2 = "GPT2Model gpt2-small (L=12, D=768, V=50257)";
+  const char* gpt2_packed = "GPT2Model gpt2-small, pack()ed: packed GEMM, fused epilogues";
   const char* llama =
       "LlamaModel at llama-7b shapes with n_layers=1, vocab=256 (one layer + embedding, norm, "
       "head)";
@@ -370,6 +383,15 @@ void register_all() {
     for (index_t context : {128, 1023}) {
       add("decode/gpt2-small/" + suffix("context", context, threads), decode<GPT2Model<float>>,
           &gpt2_model, ModelCase{"gpt2-small", gpt2, context, threads});
+    }
+    for (index_t tokens : {128, 512}) {
+      add("prefill/gpt2-small-packed/" + suffix("T", tokens, threads), prefill<GPT2Model<float>>,
+          &gpt2_packed_model, ModelCase{"gpt2-small-packed", gpt2_packed, tokens, threads});
+    }
+    for (index_t context : {128, 1023}) {
+      add("decode/gpt2-small-packed/" + suffix("context", context, threads),
+          decode<GPT2Model<float>>, &gpt2_packed_model,
+          ModelCase{"gpt2-small-packed", gpt2_packed, context, threads});
     }
     for (index_t tokens : {128, 512}) {
       add("prefill/llama-7b-layer/" + suffix("T", tokens, threads), prefill<LlamaModel<float>>,
