@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -133,12 +134,19 @@ void pack_a(const StridedMatrix& a, index_t i0, index_t rows, index_t k0, index_
   for (index_t t = 0; t < rows; t += mr) {
     const index_t valid = std::min<index_t>(mr, rows - t);
     const int height = Isa::kernel_rows(np, valid);
-    for (index_t k = 0; k < kc; ++k) {
-      float* dst = out + k * height;
-      const float* src = a.data + (i0 + t) * a.row_stride + (k0 + k) * a.col_stride;
-      index_t i = 0;
-      for (; i < valid; ++i) dst[i] = src[i * a.row_stride];
-      for (; i < height; ++i) dst[i] = 0.0f;
+    if (a.col_stride == 1) {  // rows contiguous (x, dy): read row by row
+      for (index_t i = 0; i < height; ++i) {
+        const float* src = a.data + (i0 + t + i) * a.row_stride + k0;
+        for (index_t k = 0; k < kc; ++k) out[k * height + i] = i < valid ? src[k] : 0.0f;
+      }
+    } else {  // columns contiguous (dyᵀ): one column segment per depth step
+      for (index_t k = 0; k < kc; ++k) {
+        float* dst = out + k * height;
+        const float* src = a.data + (i0 + t) * a.row_stride + (k0 + k) * a.col_stride;
+        index_t i = 0;
+        for (; i < valid; ++i) dst[i] = src[i * a.row_stride];
+        for (; i < height; ++i) dst[i] = 0.0f;
+      }
     }
     out += kc * height;
   }
@@ -158,7 +166,11 @@ inline void pack_b(const StridedMatrix& b, index_t n, index_t p0, index_t count,
         const float* src = b.data + (j0 + j) * b.row_stride + k0;
         for (index_t k = 0; k < kc; ++k) out[k * w + j] = src[k];
       }
-    } else {  // columns contiguous (Wᵀ, xᵀ in the backward products): 16 at a time
+    } else if (b.row_stride == 1 && valid == w) {  // Wᵀ, xᵀ (backward): 16 contiguous at a time
+      for (index_t k = 0; k < kc; ++k) {
+        std::memcpy(out + k * w, b.data + j0 + (k0 + k) * b.col_stride, sizeof(float) * w);
+      }
+    } else {
       for (index_t k = 0; k < kc; ++k) {
         const float* src = b.data + j0 * b.row_stride + (k0 + k) * b.col_stride;
         for (index_t j = 0; j < valid; ++j) out[k * w + j] = src[j * b.row_stride];
