@@ -8,7 +8,9 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -230,6 +232,43 @@ TEST_F(SafetensorsTest, LoadConvertsBetweenFloatAndDouble) {
   Tensor<double, 2> target({2, 2});
   load_into(file, "d", target.view());
   EXPECT_TRUE(same_bits(std::span(target.data(), 4), doubles));
+}
+
+TEST_F(SafetensorsTest, LoadBlockIntoReadsOneSliceOfARowMajorTensor) {
+  // w [4, 5] with w[r][c] = 10·r + c, stored as BF16 (exact for these integers) and as F64; b [4].
+  std::vector<double> values(20);
+  for (int i = 0; i < 20; ++i) values[static_cast<std::size_t>(i)] = 10 * (i / 5) + i % 5;
+  const std::vector<double> bias{1, 2, 3, 4};
+  const auto path = directory_ / "block.safetensors";
+  save_safetensors(path, std::vector<SaveEntry>{{"w16", {4, 5}, std::span(values), SaveDtype::bf16},
+                                                {"w64", {4, 5}, std::span(values)},
+                                                {"b", {4}, std::span(bias)}});
+  const SafetensorsFile file(path);
+  for (const char* name : {"w16", "w64"}) {
+    Tensor<float, 2> block({2, 3});
+    load_block_into(file, name, 1, 2, 2, 3, block.view());  // rows 1–2, columns 2–4
+    EXPECT_EQ(std::vector<float>(block.data(), block.data() + 6),
+              (std::vector<float>{12, 13, 14, 22, 23, 24}))
+        << name;
+  }
+  Tensor<double, 2> tail({2, 1});
+  load_block_into(file, "b", 2, 2, 0, 1, tail.view());  // a 1-D tensor reads as [n, 1]
+  EXPECT_EQ(tail(0, 0), 3.0);
+  EXPECT_EQ(tail(1, 0), 4.0);
+  Tensor<float, 2> none({0, 3});
+  load_block_into(file, "w64", 4, 0, 2, 3, none.view());  // an empty block at the end is valid
+
+  Tensor<float, 2> target({2, 3});
+  target.fill(7.0f);
+  EXPECT_THROW_WITH(load_block_into(file, "w64", 3, 2, 0, 3, target.view()), ShapeError,
+                    "load_block_into: tensor \"w64\" in ");
+  EXPECT_THROW_WITH(load_block_into(file, "w64", 0, 2, 3, 3, target.view()), ShapeError,
+                    "has shape [4, 5]; rows [0, 0 + 2), columns [3, 3 + 3)");
+  EXPECT_THROW_WITH(load_block_into(file, "w64", -1, 2, 0, 3, target.view()), ShapeError,
+                    "must lie inside");
+  EXPECT_THROW_WITH(load_block_into(file, "w64", 0, 3, 0, 3, target.view()), ShapeError,
+                    "into a target [2, 3]");
+  EXPECT_EQ(target(0, 0), 7.0f) << "a refused load_block_into writes nothing";
 }
 
 TEST_F(SafetensorsTest, AFileCanBeMovedAndItsViewsStayValid) {
@@ -593,6 +632,57 @@ TEST_F(SafetensorsTest, CorruptMetadata) {
                               "__metadata__ \"epoch\" is the number 3, not a string");
   expect_refused<FormatError>(safetensors_bytes(R"({"__metadata__":["a"]})"),
                               "\"__metadata__\" is an array, not an object");
+}
+
+// ---- size (issue 24): the header check is O(n log n) in the tensor count -----------------------
+
+// A hostile header may list a million tensors within the 100 MB cap. nlohmann's callback parser
+// made that quadratic (10,000 tensors took 0.5 s, 40,000 up to 35 s, a million never ended); now
+// every key costs one map lookup. Sanitizers and -O0 builds check a smaller header. CPU time, not
+// wall time, so a busy machine does not fail the test.
+TEST_F(SafetensorsTest, AMillionTensorsParseInSeconds) {
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr int count = 200'000;
+  constexpr double limit_seconds = 20;
+#elif !defined(NDEBUG)
+  constexpr int count = 50'000;
+  constexpr double limit_seconds = 20;
+#else
+  constexpr int count = 1'000'000;
+  constexpr double limit_seconds = 5;
+#endif
+  const auto header_of = [](int tensors, const std::string& last_name) {
+    std::string header = "{";
+    header.reserve(static_cast<std::size_t>(tensors) * 72);
+    for (int i = 0; i < tensors; ++i) {
+      header += i == 0 ? "" : ",";
+      const std::string name =
+          i + 1 < tensors ? std::string("t").append(std::to_string(i)) : last_name;
+      header += f32_entry(name, 4 * i, 1);
+    }
+    return header + "}";
+  };
+  auto bytes = safetensors_bytes(header_of(count, "last"), zeros(4 * std::size_t{count}));
+  const std::clock_t start = std::clock();
+  const auto file = SafetensorsFile::from_bytes(std::move(bytes), "many.safetensors");
+  const double seconds = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
+  EXPECT_LT(seconds, limit_seconds) << count << " tensors";
+  ASSERT_EQ(file.tensors().size(), std::size_t{count});
+  EXPECT_EQ(file.tensors().back().name, "last");
+  EXPECT_EQ(file.info("t12345").begin, 4 * 12345);
+  std::printf("[ info     ] %d tensors parsed in %.2f s of CPU time\n", count, seconds);
+
+  // The checks still see a repeat or an overlap between the first and the last of many tensors.
+  const int some = count / 10;
+  expect_refused<FormatError>(
+      safetensors_bytes(header_of(some, "t0"), zeros(4 * std::size_t(some))),
+      "the header: key \"t0\" appears twice");
+  std::string overlapping = header_of(some, "last");  // "last" moved onto the bytes of "t0"
+  const std::string last_offsets =
+      "[" + std::to_string(4 * (some - 1)) + "," + std::to_string(4 * some) + "]";
+  overlapping.replace(overlapping.rfind(last_offsets), last_offsets.size(), "[0,4]");
+  expect_refused<FormatError>(safetensors_bytes(overlapping, zeros(4 * std::size_t(some))),
+                              "tensors \"last\" [0, 4) and \"t0\" [0, 4) overlap");
 }
 
 }  // namespace

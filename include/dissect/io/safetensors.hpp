@@ -28,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/detail/enum_check.hpp"
 #include "dissect/error.hpp"
 #include "dissect/io/detail/atomic_file.hpp"
@@ -129,6 +130,15 @@ class SafetensorsFile {
 template <class Scalar, std::size_t Rank>
 void load_into(const SafetensorsFile& file, std::string_view name, TensorView<Scalar, Rank> target);
 
+/// Rows [row0, row0 + rows) × columns [col0, col0 + cols) of the 1-D or 2-D tensor `name`,
+/// converted straight into `target` [rows, cols] (row-major, contiguous): one rank's slice of a
+/// weight, read without loading the rest (a 1-D tensor [n] reads as [n, 1]).
+/// @throws ShapeError naming the tensor, the file, its shape and the block if the block leaves
+///         the tensor or the tensor has another rank; Error as load. `target` is untouched then.
+template <class Scalar>
+void load_block_into(const SafetensorsFile& file, std::string_view name, index_t row0, index_t rows,
+                     index_t col0, index_t cols, TensorView<Scalar, 2> target);
+
 /// The dtypes dissect writes.
 enum class SaveDtype { f32, f64, f16, bf16 };
 
@@ -165,9 +175,10 @@ struct SaveEntry {
 /// Writes `entries` (and `metadata` as "__metadata__", if any) to `path` as safetensors:
 /// the header's keys sorted, padded with spaces to a multiple of 8 bytes; the data ordered by
 /// element size, then name, so every tensor starts aligned to its element size. Atomic: the
-/// bytes go to path + ".tmp.<pid>", are synced and renamed over `path`; on any failure the
-/// temporary is removed and an existing file stays as it was. Everything is checked before the
-/// file is created.
+/// bytes go to a new temporary path + ".tmp.<random>" (created exclusively: never a symlink
+/// planted there), are synced and renamed over `path`, keeping an existing file's permission
+/// bits; on any failure the temporary is removed and an existing file stays as it was.
+/// Everything is checked before the file is created.
 /// @throws ShapeError if an entry's values do not fill its shape (or a dim is negative);
 ///         Error for a repeated or reserved name, a string that is not UTF-8, or an I/O failure
 ///         (naming the path and errno's text); ConfigError for a dtype outside SaveDtype.
@@ -178,29 +189,33 @@ void save_safetensors(const std::filesystem::path& path, std::span<const SaveEnt
 
 namespace detail {
 
-/// A JSON integer in [0, INT64_MAX], or FormatError "<where>: <field> is …".
-inline index_t read_extent(const nlohmann::json& value, std::string_view where,
-                           std::string_view field) {
+// The header of a file with a million tensors holds millions of fields: the checks below build
+// their messages (`where()`, `field()`) only when they fail, not for every field that passes.
+
+/// A JSON integer in [0, INT64_MAX], or FormatError "<where()>: <field()> is …".
+template <class Where, class Field>
+index_t read_extent(const nlohmann::json& value, const Where& where, const Field& field) {
   if (value.is_number_unsigned()) {
     const auto extent = value.get<std::uint64_t>();
     if (extent > static_cast<std::uint64_t>(std::numeric_limits<index_t>::max())) {
-      throw FormatError(detail::concat(where, ": ", field, " ", extent, " does not fit int64"));
+      throw FormatError(detail::concat(where(), ": ", field(), " ", extent, " does not fit int64"));
     }
     return static_cast<index_t>(extent);
   }
   if (value.is_number_integer()) {
     throw FormatError(
-        detail::concat(where, ": ", field, " is negative (", value.get<std::int64_t>(), ")"));
+        detail::concat(where(), ": ", field(), " is negative (", value.get<std::int64_t>(), ")"));
   }
-  throw FormatError(detail::concat(where, ": ", field, " is ", describe_json(value),
+  throw FormatError(detail::concat(where(), ": ", field(), " is ", describe_json(value),
                                    ", not a non-negative integer"));
 }
 
-/// The member `key` of a header entry, or FormatError naming it.
-inline const nlohmann::json& entry_field(const nlohmann::json& entry, std::string_view where,
-                                         const char* key) {
+/// The member `key` of a header entry, or FormatError "<where()> has no "key"".
+template <class Where>
+const nlohmann::json& entry_field(const nlohmann::json& entry, const Where& where,
+                                  const char* key) {
   const auto found = entry.find(key);
-  if (found == entry.end()) throw FormatError(detail::concat(where, " has no \"", key, "\""));
+  if (found == entry.end()) throw FormatError(detail::concat(where(), " has no \"", key, "\""));
   return *found;
 }
 
@@ -282,17 +297,19 @@ inline void SafetensorsFile::parse() {
   }
   data_begin_ = 8 + static_cast<index_t>(header_bytes);
   const std::string_view text(reinterpret_cast<const char*>(file.data()) + 8, header_bytes);
-  const nlohmann::json header = detail::parse_json_strictly(text, where() + ": the header");
+  // Each entry is checked as soon as it is parsed (a header may list a million tensors: it is
+  // never held as one JSON tree), with the errors a check in key order would give.
+  const nlohmann::json header = detail::parse_json_members_strictly(
+      text, where() + ": the header", [&](const std::string& name, nlohmann::json&& entry) {
+        if (name == "__metadata__") {
+          parse_metadata(entry);
+        } else {
+          tensors_.push_back(parse_entry(name, entry));
+        }
+      });
   if (!header.is_object()) {
     throw FormatError(detail::concat(where(), ": the header is ", detail::describe_json(header),
                                      ", not a JSON object"));
-  }
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      parse_metadata(entry);
-    } else {
-      tensors_.push_back(parse_entry(name, entry));
-    }
   }
   std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
     return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
@@ -303,53 +320,62 @@ inline void SafetensorsFile::parse() {
 
 inline TensorInfo SafetensorsFile::parse_entry(const std::string& name,
                                                const nlohmann::json& entry) const {
-  const std::string at = detail::concat(where(), ": tensor \"", name, "\"");
+  const auto at = [&] { return detail::concat(where(), ": tensor \"", name, "\""); };
   if (!entry.is_object()) {
-    throw FormatError(detail::concat(at, " is ", detail::describe_json(entry), ", not an object"));
+    throw FormatError(
+        detail::concat(at(), " is ", detail::describe_json(entry), ", not an object"));
   }
   TensorInfo info;
   info.name = name;
   const nlohmann::json& dtype = detail::entry_field(entry, at, "dtype");
   if (!dtype.is_string()) {
     throw FormatError(
-        detail::concat(at, ": \"dtype\" is ", detail::describe_json(dtype), ", not a string"));
+        detail::concat(at(), ": \"dtype\" is ", detail::describe_json(dtype), ", not a string"));
   }
   info.dtype = dtype.get<std::string>();
   const detail::StoredDtype* stored = detail::find_stored_dtype(info.dtype);
   if (stored == nullptr)
-    throw FormatError(detail::concat(at, ": unknown dtype \"", info.dtype, "\""));
+    throw FormatError(detail::concat(at(), ": unknown dtype \"", info.dtype, "\""));
 
   const nlohmann::json& shape = detail::entry_field(entry, at, "shape");
   if (!shape.is_array()) {
     throw FormatError(
-        detail::concat(at, ": \"shape\" is ", detail::describe_json(shape), ", not an array"));
+        detail::concat(at(), ": \"shape\" is ", detail::describe_json(shape), ", not an array"));
   }
+  info.shape.reserve(shape.size());
   for (std::size_t axis = 0; axis < shape.size(); ++axis) {
-    info.shape.push_back(detail::read_extent(shape[axis], at, detail::concat("shape[", axis, "]")));
+    info.shape.push_back(
+        detail::read_extent(shape[axis], at, [&] { return detail::concat("shape[", axis, "]"); }));
   }
-  const std::string size_of =
-      detail::concat(at, ": size of ", info.dtype, " ", format_shape(info.shape));
   index_t bytes = stored->bytes;
-  for (index_t extent : info.shape) bytes = checked_mul(bytes, extent, size_of);
+  for (index_t extent : info.shape) {  // checked_mul throws the OverflowError
+    bytes = !detail::mul_overflows(bytes, extent)
+                ? bytes * extent
+                : checked_mul(bytes, extent,
+                              detail::concat(at(), ": size of ", info.dtype, " ",
+                                             format_shape(info.shape)));
+  }
 
   const nlohmann::json& offsets = detail::entry_field(entry, at, "data_offsets");
   if (!offsets.is_array() || offsets.size() != 2) {
     throw FormatError(detail::concat(
-        at, ": \"data_offsets\" is ", detail::describe_json(offsets),
+        at(), ": \"data_offsets\" is ", detail::describe_json(offsets),
         offsets.is_array() ? detail::concat(" of ", offsets.size()) : "", ", not [begin, end]"));
   }
-  info.begin = detail::read_extent(offsets[0], at, "data_offsets[0]");
-  info.end = detail::read_extent(offsets[1], at, "data_offsets[1]");
-  const std::string range = detail::concat("data_offsets [", info.begin, ", ", info.end, "]");
+  info.begin = detail::read_extent(offsets[0], at, [] { return "data_offsets[0]"; });
+  info.end = detail::read_extent(offsets[1], at, [] { return "data_offsets[1]"; });
+  const auto range = [&] {
+    return detail::concat("data_offsets [", info.begin, ", ", info.end, "]");
+  };
   const index_t data_bytes = static_cast<index_t>(storage_.bytes().size()) - data_begin_;
   if (info.end < info.begin)
-    throw FormatError(detail::concat(at, ": ", range, " end before they begin"));
+    throw FormatError(detail::concat(at(), ": ", range(), " end before they begin"));
   if (info.end > data_bytes) {
-    throw FormatError(
-        detail::concat(at, ": ", range, " reach past the data section (", data_bytes, " bytes)"));
+    throw FormatError(detail::concat(at(), ": ", range(), " reach past the data section (",
+                                     data_bytes, " bytes)"));
   }
   if (info.end - info.begin != bytes) {
-    throw FormatError(detail::concat(at, ": ", range, " hold ", info.end - info.begin,
+    throw FormatError(detail::concat(at(), ": ", range(), " hold ", info.end - info.begin,
                                      " bytes, but ", info.dtype, " ", format_shape(info.shape),
                                      " needs ", bytes));
   }
@@ -453,6 +479,31 @@ void load_into(const SafetensorsFile& file, std::string_view name,
                                     ", the target has shape ", format_shape(target.shape())));
   }
   detail::decode_values(file.bytes(name).data(), kind, target.size(), target.data());
+}
+
+template <class Scalar>
+void load_block_into(const SafetensorsFile& file, std::string_view name, index_t row0, index_t rows,
+                     index_t col0, index_t cols, TensorView<Scalar, 2> target) {
+  const TensorInfo& entry = file.info(name);
+  const detail::StoredKind kind = detail::readable_kind(entry, "load_block_into", file.path());
+  const std::size_t rank = entry.shape.size();
+  const index_t height = rank >= 1 ? entry.shape[0] : 0;
+  const index_t width = rank == 2 ? entry.shape[1] : 1;
+  const bool inside = (rank == 1 || rank == 2) && row0 >= 0 && rows >= 0 && col0 >= 0 &&
+                      cols >= 0 && row0 <= height - rows && col0 <= width - cols;
+  if (!inside || target.shape() != Shape<2>{rows, cols}) {
+    throw ShapeError(detail::concat(
+        "load_block_into: tensor \"", entry.name, "\" in ", file.path().string(), " has shape ",
+        format_shape(entry.shape), "; rows [", row0, ", ", row0, " + ", rows, "), columns [", col0,
+        ", ", col0, " + ", cols, ") into a target ", format_shape(target.shape()),
+        " must lie inside a 1-D or 2-D tensor and match the block"));
+  }
+  const std::byte* data = file.bytes(name).data();
+  const index_t element = detail::stored_dtype_of(kind).bytes;
+  for (index_t r = 0; r < rows; ++r) {
+    detail::decode_values(data + ((row0 + r) * width + col0) * element, kind, cols,
+                          target.data() + r * cols);
+  }
 }
 
 // ---- implementation: writing --------------------------------------------------------------------
