@@ -2,15 +2,18 @@
 // checkpoints (torch's weights under HF's names and layouts: Conv1D GPT-2 with mask buffers, a
 // sharded LLaMA) load into GPT2Model and LlamaModel with every parameter equal to the model
 // fixture's and reproduce torch's logits; the "transformer." prefix and a saved tied head are
-// accepted; missing and unexpected tensors are listed; save_model/load_model round-trip.
+// accepted; missing and unexpected tensors are listed; save_model/load_model round-trip; the
+// naming rules of io/hf_names.hpp, name by name.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "dissect/io/hf_names.hpp"
 #include "dissect/io/huggingface.hpp"
 #include "dissect/io/model_file.hpp"
 #include "support/fixture_testing.hpp"
@@ -90,6 +93,83 @@ fs::path gpt2_with_config(const std::string& folder,
   edit(config);
   std::ofstream(out / "config.json") << config.dump();
   return out;
+}
+
+// ---- the naming rules (hf_names.hpp) ------------------------------------------------------------
+
+TEST(HfNames, Gpt2NamesMapToDissectsWithConv1DMarked) {
+  // Prefixed or not, the same tensor; Conv1D weights transposed, their biases not.
+  for (const char* name : {"h.0.attn.c_attn.weight", "transformer.h.0.attn.c_attn.weight"}) {
+    const auto mapped = hf_to_dissect_name(ModelFamily::gpt2, name);
+    ASSERT_TRUE(mapped) << name;
+    EXPECT_EQ(mapped->name, "h.0.attn.qkv.weight");
+    EXPECT_TRUE(mapped->transpose);
+    EXPECT_EQ(mapped->qkv_part, -1);
+  }
+  const auto bias = hf_to_dissect_name(ModelFamily::gpt2, "h.3.mlp.c_proj.bias");
+  ASSERT_TRUE(bias);
+  EXPECT_EQ(bias->name, "h.3.mlp.down.bias");
+  EXPECT_FALSE(bias->transpose);
+  EXPECT_EQ(hf_to_dissect_name(ModelFamily::gpt2, "h.1.attn.c_proj.weight")->name,
+            "h.1.attn.proj.weight");
+  EXPECT_EQ(hf_to_dissect_name(ModelFamily::gpt2, "h.1.mlp.c_fc.weight")->name,
+            "h.1.mlp.up.weight");
+  EXPECT_EQ(hf_to_dissect_name(ModelFamily::gpt2, "transformer.wte.weight")->name, "wte.weight");
+  // Buffers, and a tied head's copy of wte, stand for no parameter.
+  EXPECT_FALSE(hf_to_dissect_name(ModelFamily::gpt2, "h.0.attn.bias"));
+  EXPECT_FALSE(hf_to_dissect_name(ModelFamily::gpt2, "transformer.h.0.attn.masked_bias"));
+  EXPECT_FALSE(hf_to_dissect_name(ModelFamily::gpt2, "lm_head.weight", /*tied_head=*/true));
+  EXPECT_EQ(hf_to_dissect_name(ModelFamily::gpt2, "lm_head.weight")->name, "lm_head.weight");
+  // A name the rules do not know keeps its (unprefixed) name, for a strict load to report.
+  EXPECT_EQ(hf_to_dissect_name(ModelFamily::gpt2, "transformer.h.0.extra")->name, "h.0.extra");
+  EXPECT_TRUE(is_conv1d_weight("transformer.h.0.mlp.c_fc.weight"));
+  EXPECT_FALSE(is_conv1d_weight("h.0.mlp.c_fc.bias"));
+  EXPECT_FALSE(is_conv1d_weight("h.0.attn.qkv.weight"));  // dissect's own name: [out, in]
+}
+
+TEST(HfNames, LlamaNamesMapToDissectsWithQkvPartsNumbered) {
+  const char* parts[] = {"q_proj", "k_proj", "v_proj"};
+  for (int i = 0; i < 3; ++i) {
+    const auto mapped = hf_to_dissect_name(
+        ModelFamily::llama, std::string("model.layers.1.self_attn.") + parts[i] + ".weight");
+    ASSERT_TRUE(mapped);
+    EXPECT_EQ(mapped->name, "layers.1.self_attn.qkv.weight");
+    EXPECT_EQ(mapped->qkv_part, i);
+    EXPECT_FALSE(mapped->transpose);
+  }
+  EXPECT_EQ(hf_to_dissect_name(ModelFamily::llama, "model.layers.0.self_attn.o_proj.weight")->name,
+            "layers.0.self_attn.proj.weight");
+  EXPECT_EQ(hf_to_dissect_name(ModelFamily::llama, "model.layers.0.mlp.gate_proj.weight")->name,
+            "layers.0.mlp.gate.weight");
+  EXPECT_EQ(hf_to_dissect_name(ModelFamily::llama, "model.layers.0.mlp.down_proj.weight")->name,
+            "layers.0.mlp.down.weight");
+  EXPECT_EQ(hf_to_dissect_name(ModelFamily::llama, "model.embed_tokens.weight")->name,
+            "embed_tokens.weight");
+  EXPECT_EQ(hf_to_dissect_name(ModelFamily::llama, "lm_head.weight")->name, "lm_head.weight");
+  EXPECT_FALSE(
+      hf_to_dissect_name(ModelFamily::llama, "model.layers.0.self_attn.rotary_emb.inv_freq"));
+  EXPECT_EQ(strip_hf_prefix(ModelFamily::llama, "model.norm.weight"), "norm.weight");
+  EXPECT_EQ(strip_hf_prefix(ModelFamily::gpt2, "model.norm.weight"), "model.norm.weight");
+}
+
+TEST(HfNames, LayersEmbeddingsAndBuffersInEitherFamilysNames) {
+  EXPECT_EQ(layer_index_of("h.11.ln_1.weight"), 11);
+  EXPECT_EQ(layer_index_of("transformer.h.3.attn.c_attn.weight"), 3);
+  EXPECT_EQ(layer_index_of("model.layers.27.mlp.up_proj.weight"), 27);
+  EXPECT_EQ(layer_index_of("layers.0.self_attn.qkv.weight"), 0);
+  EXPECT_EQ(layer_index_of("wte.weight"), std::nullopt);
+  EXPECT_EQ(layer_index_of("ch.2.weight"), std::nullopt);  // "h" only as a whole part
+  EXPECT_EQ(layer_index_of("h.x.weight"), std::nullopt);
+  EXPECT_EQ(layer_index_of("h.-1.weight"), std::nullopt);
+  EXPECT_TRUE(is_embedding_name("wte.weight"));
+  EXPECT_TRUE(is_embedding_name("transformer.wpe.weight"));
+  EXPECT_TRUE(is_embedding_name("model.embed_tokens.weight"));
+  EXPECT_FALSE(is_embedding_name("lm_head.weight"));
+  EXPECT_FALSE(is_embedding_name("h.0.attn.qkv.weight"));
+  EXPECT_TRUE(is_hf_buffer("h.0.attn.masked_bias"));
+  EXPECT_TRUE(is_hf_buffer("model.layers.0.self_attn.rotary_emb.inv_freq"));
+  EXPECT_FALSE(is_hf_buffer("h.0.attn.proj.bias"));
+  EXPECT_FALSE(is_hf_buffer(ModelFamily::llama, "h.0.attn.bias"));
 }
 
 TEST(HuggingFaceErrors, EveryMissingUnexpectedAndMisshapedTensorIsListed) {

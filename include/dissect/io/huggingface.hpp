@@ -2,17 +2,16 @@
 //
 // HfCheckpointView shows a checkpoint under dissect's parameter names and layouts, so the one
 // strict load_state_dict fills the model and reports every missing, unexpected and mis-shaped
-// tensor at once. What it translates:
-// - GPT-2: names with or without the "transformer." prefix (the official files have none);
-//   Conv1D weights, stored [in, out], transposed into nn.Linear's [out, in]; c_attn → qkv,
-//   attn.c_proj → proj, c_fc → up, mlp.c_proj → down; the attention-mask buffers (attn.bias,
-//   attn.masked_bias) hidden; a tied head's lm_head.weight (a copy of wte) hidden.
-// - LLaMA: "model." dropped; q_proj, k_proj and v_proj stacked by rows into one qkv (queries,
-//   then keys, then values: the order QKVProjection splits them in); o_proj → proj,
-//   gate_proj/up_proj/down_proj → gate/up/down; rotary_emb.inv_freq buffers hidden.
-// A tensor of neither kind keeps its name and so is reported as unexpected.
+// tensor at once. The names follow io/hf_names.hpp (prefixes dropped, GPT-2's Conv1D renamed,
+// LLaMA's q/k/v renamed); the view does the layouts: Conv1D weights, stored [in, out],
+// transposed into nn.Linear's [out, in]; q_proj, k_proj and v_proj stacked by rows into one
+// qkv; buffers and a tied head's lm_head.weight (a copy of the embedding) hidden. A tensor the
+// rules do not know keeps its name and so is reported as unexpected. io/open_model.hpp finds
+// out whether a path is such a checkpoint at all.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -23,6 +22,7 @@
 
 #include "dissect/io/checkpoint.hpp"
 #include "dissect/io/hf_config.hpp"
+#include "dissect/io/hf_names.hpp"
 #include "dissect/io/state_dict.hpp"
 #include "dissect/models/decoder_model.hpp"
 
@@ -77,51 +77,6 @@ Model load_hf_model(const std::filesystem::path& directory);
 
 // ---- implementation -----------------------------------------------------------------------------
 
-namespace detail {
-
-/// GPT-2's checkpoint name → dissect's, with whether the weight is a Conv1D to transpose;
-/// nullopt for the buffers no model parameter stands for.
-inline std::optional<std::pair<std::string, bool>> gpt2_name(std::string_view name) {
-  if (name.starts_with("transformer.")) name.remove_prefix(std::string_view("transformer.").size());
-  if (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias")) return std::nullopt;
-  static constexpr std::pair<std::string_view, std::string_view> renames[] = {
-      {".attn.c_attn.", ".attn.qkv."},
-      {".attn.c_proj.", ".attn.proj."},
-      {".mlp.c_fc.", ".mlp.up."},
-      {".mlp.c_proj.", ".mlp.down."}};
-  std::string result(name);
-  for (const auto& [theirs, ours] : renames) {
-    if (const auto at = result.find(theirs); at != std::string::npos) {
-      result.replace(at, theirs.size(), ours);
-      return std::pair{result, result.ends_with(".weight")};  // Conv1D: [in, out]
-    }
-  }
-  return std::pair{result, false};
-}
-
-/// LLaMA's checkpoint name → dissect's; `part` is 0, 1, 2 for q_proj, k_proj, v_proj (stacked
-/// into qkv), −1 otherwise.
-inline std::optional<std::pair<std::string, int>> llama_name(std::string_view name) {
-  if (name.starts_with("model.")) name.remove_prefix(std::string_view("model.").size());
-  if (name.ends_with("rotary_emb.inv_freq")) return std::nullopt;
-  static constexpr std::pair<std::string_view, std::string_view> renames[] = {
-      {".self_attn.q_proj.", ".self_attn.qkv."}, {".self_attn.k_proj.", ".self_attn.qkv."},
-      {".self_attn.v_proj.", ".self_attn.qkv."}, {".self_attn.o_proj.", ".self_attn.proj."},
-      {".mlp.gate_proj.", ".mlp.gate."},         {".mlp.up_proj.", ".mlp.up."},
-      {".mlp.down_proj.", ".mlp.down."}};
-  std::string result(name);
-  for (int i = 0; i < 7; ++i) {
-    const auto& [theirs, ours] = renames[i];
-    if (const auto at = result.find(theirs); at != std::string::npos) {
-      result.replace(at, theirs.size(), ours);
-      return std::pair{result, i < 3 ? i : -1};
-    }
-  }
-  return std::pair{result, -1};
-}
-
-}  // namespace detail
-
 inline void HfCheckpointView::add(std::string name, std::vector<Part> parts) {
   const TensorInfo& first = checkpoint_->info(parts.front().name);
   TensorInfo info{name, first.dtype, first.shape, 0, 0};
@@ -155,17 +110,13 @@ inline HfCheckpointView::HfCheckpointView(const Checkpoint& checkpoint, const Hf
   // Stacked qkv parts by dissect name: slot 0, 1, 2 for q, k, v.
   std::map<std::string, std::array<std::string, 3>> stacks;
   for (const std::string& name : checkpoint.tensor_names()) {
-    if (name == "lm_head.weight" && config.config.tied_embeddings) continue;  // = wte
-    if (family == ModelFamily::gpt2) {
-      if (const auto mapped = detail::gpt2_name(name)) {
-        add(mapped->first, {Part{name, mapped->second, 0}});
-      }
-    } else if (const auto mapped = detail::llama_name(name)) {
-      if (mapped->second < 0) {
-        add(mapped->first, {Part{name, false, 0}});
-      } else {
-        stacks[mapped->first][static_cast<std::size_t>(mapped->second)] = name;
-      }
+    // Buffers and a tied head's copy of the embedding are hidden (hf_names.hpp).
+    const auto mapped = hf_to_dissect_name(family, name, config.config.tied_embeddings);
+    if (!mapped) continue;
+    if (mapped->qkv_part < 0) {
+      add(mapped->name, {Part{name, mapped->transpose, 0}});
+    } else {
+      stacks[mapped->name][static_cast<std::size_t>(mapped->qkv_part)] = name;
     }
   }
   for (auto& [name, slots] : stacks) {
@@ -226,8 +177,8 @@ void load_into(const HfCheckpointView& view, std::string_view name,
 
 template <class Model>
 Model load_hf_model(const std::filesystem::path& directory) {
-  const HfConfig hf = read_hf_config(directory / "config.json");
-  require_family<Model>(hf.family, (directory / "config.json").string());
+  const HfConfig hf = read_hf_config(directory / hf_config_file);
+  require_family<Model>(hf.family, (directory / hf_config_file).string());
   Model model(hf.config, {.seed = 0});
   const Checkpoint checkpoint(directory);
   load_state_dict(model, HfCheckpointView(checkpoint, hf));

@@ -7,6 +7,7 @@
 //   "dissect.quantization"  which Linear layers are stored quantised (io/quantized_file.hpp)
 // plus whatever the caller adds (a training run's character vocabulary, say). A file written by
 // save_model is read back by load_model; `dissect inspect` and `dissect generate` read it too.
+// io/open_model.hpp tells such a file (quantised or not) from the other kinds of checkpoint.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,0 +1,257 @@
+// Tests of dissect/io/open_model.hpp: detect_checkpoint names the kind of every checkpoint dissect
+// reads — a Hugging Face directory (one file or shards, asked for by the directory, the file or
+// the index), a save_model file with and without quantised layers, a LoRA adapter file, bare
+// tensors — and open_model / visit_model load the model each holds exactly as the kind's own
+// loader does. A path that is none of these (missing, an empty directory, a random file, a
+// config.json without weights) is an Error of the documented type naming the path.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <filesystem>
+#include <random>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "dissect/io/open_model.hpp"
+#include "dissect/lora.hpp"
+#include "support/fixture_testing.hpp"
+#include "support/io_testing.hpp"
+#include "support/small_models.hpp"
+#include "support/tensor_testing.hpp"
+
+namespace dissect {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::contains;
+using testing::TemporaryDirectory;
+
+fs::path hf_dir(const std::string& family) {
+  return testing::fixture_dir("hf") / family;
+}
+
+/// Every parameter of `model`, in for_each_parameter's order, as doubles.
+template <class Model>
+std::vector<double> parameters_of_model(const Model& model) {
+  std::vector<double> values;
+  model.for_each_parameter(
+      [&](const ParameterName&, auto v, auto) { values.insert(values.end(), v.begin(), v.end()); });
+  return values;
+}
+
+// ---- each kind ----------------------------------------------------------------------------------
+
+TEST(DetectCheckpoint, HuggingFaceDirectoryWithOneFile) {
+  // The directory, or its safetensors file: config.json sits beside it either way.
+  for (const fs::path& path : {hf_dir("gpt2"), hf_dir("gpt2") / "model.safetensors"}) {
+    SCOPED_TRACE(path.string());
+    const auto found = detect_checkpoint(path);
+    EXPECT_EQ(found.kind, CheckpointKind::hugging_face);
+    EXPECT_EQ(checkpoint_kind_name(found.kind), "hugging_face");
+    EXPECT_FALSE(found.sharded());
+    EXPECT_EQ(found.checkpoint.shards().size(), 1u);
+    ASSERT_TRUE(found.model);
+    EXPECT_EQ(found.model->family, ModelFamily::gpt2);
+    EXPECT_EQ(found.config_file, hf_dir("gpt2") / "config.json");
+    EXPECT_EQ(found.config_source(), (hf_dir("gpt2") / "config.json").string());
+  }
+  // The same model load_hf_model reads, bit for bit.
+  EXPECT_EQ(parameters_of_model(open_model<GPT2Model<double>>(hf_dir("gpt2"))),
+            parameters_of_model(load_hf_model<GPT2Model<double>>(hf_dir("gpt2"))));
+}
+
+TEST(DetectCheckpoint, ShardedHuggingFaceDirectoryOrItsIndex) {
+  for (const fs::path& path : {hf_dir("llama"), hf_dir("llama") / "model.safetensors.index.json"}) {
+    SCOPED_TRACE(path.string());
+    const auto found = detect_checkpoint(path);
+    EXPECT_EQ(found.kind, CheckpointKind::hugging_face);
+    EXPECT_TRUE(found.sharded());
+    EXPECT_EQ(found.checkpoint.shards().size(), 2u);
+    ASSERT_TRUE(found.model);
+    EXPECT_EQ(found.model->family, ModelFamily::llama);
+  }
+  EXPECT_EQ(parameters_of_model(open_model<LlamaModel<double>>(hf_dir("llama"))),
+            parameters_of_model(load_hf_model<LlamaModel<double>>(hf_dir("llama"))));
+  EXPECT_THROW_WITH(open_model<GPT2Model<float>>(hf_dir("llama")), ConfigError,
+                    "config.json: holds a llama model, which cannot load into GPT2Model");
+}
+
+TEST(DetectCheckpoint, DissectModelFile) {
+  const TemporaryDirectory dir;
+  const GPT2Model<float> model(testing::small_gpt2(), {.seed = 3});
+  save_model(dir / "model.safetensors", model, {{"note", "kept"}});
+  // The file, or the directory holding it.
+  for (const fs::path& path : {dir / "model.safetensors", dir.path()}) {
+    SCOPED_TRACE(path.string());
+    const auto found = detect_checkpoint(path);
+    EXPECT_EQ(found.kind, CheckpointKind::dissect_model);
+    EXPECT_EQ(checkpoint_kind_name(found.kind), "dissect_model");
+    ASSERT_TRUE(found.model);
+    EXPECT_EQ(found.model->family, ModelFamily::gpt2);
+    EXPECT_EQ(config_to_json(found.model->config), config_to_json(model.config()));
+    EXPECT_TRUE(found.config_file.empty());
+    EXPECT_TRUE(contains(found.config_source(), "metadata"));
+    EXPECT_EQ(found.checkpoint.metadata().at("note"), "kept");
+  }
+  EXPECT_EQ(parameters_of_model(open_model<GPT2Model<float>>(dir.path())),
+            parameters_of_model(model));
+  EXPECT_THROW_WITH(open_model<LlamaModel<float>>(dir.path()), ConfigError,
+                    "holds a gpt2 model, which cannot load into LlamaModel");
+}
+
+TEST(DetectCheckpoint, DissectQuantizedFile) {
+  const TemporaryDirectory dir;
+  LlamaModel<float> model(testing::quantisable_llama(), {.seed = 5});
+  quantize_model(model, WeightFormat::int8);
+  save_model(dir / "int8.safetensors", model);
+  const auto found = detect_checkpoint(dir / "int8.safetensors");
+  EXPECT_EQ(found.kind, CheckpointKind::dissect_quantized);
+  EXPECT_EQ(checkpoint_kind_name(found.kind), "dissect_quantized");
+  ASSERT_TRUE(found.model);
+  EXPECT_EQ(found.model->family, ModelFamily::llama);
+  // Read back with its quantised layers: the same logits, bit for bit.
+  const auto back = load_model<LlamaModel<float>>(found);
+  const auto ids = testing::random_ids(2 * 5, 37, 3);
+  EXPECT_TENSOR_EQ(back.forward(TokenBatch{ids, 2, 5}), model.forward(TokenBatch{ids, 2, 5}));
+  EXPECT_EQ(linear_weight_bytes(back), linear_weight_bytes(model));
+}
+
+TEST(DetectCheckpoint, DissectMetadataWinsOverAConfigJsonBesideIt) {
+  // A save_model file dropped into a Hugging Face directory is still read as what it says it is.
+  const TemporaryDirectory dir;
+  fs::copy_file(hf_dir("gpt2") / "config.json", dir / "config.json");
+  const LlamaModel<float> model(testing::small_llama(), {.seed = 2});
+  save_model(dir / "mine.safetensors", model);
+  const auto found = detect_checkpoint(dir / "mine.safetensors");
+  EXPECT_EQ(found.kind, CheckpointKind::dissect_model);
+  ASSERT_TRUE(found.model);
+  EXPECT_EQ(found.model->family, ModelFamily::llama);
+  EXPECT_EQ(parameters_of_model(load_model<LlamaModel<float>>(found)), parameters_of_model(model));
+}
+
+TEST(DetectCheckpoint, LoraAdapterFileHoldsNoModel) {
+  const TemporaryDirectory dir;
+  GPT2Model<float> model(testing::small_gpt2(), {.seed = 4});
+  apply_lora(model, {.adapter = {.rank = 2, .alpha = 4, .seed = 1}, .target_modules = {"qkv"}});
+  save_adapters(dir / "adapter.safetensors", model);
+  const auto found = detect_checkpoint(dir / "adapter.safetensors");
+  EXPECT_EQ(found.kind, CheckpointKind::lora_adapter);
+  EXPECT_EQ(checkpoint_kind_name(found.kind), "lora_adapter");
+  EXPECT_FALSE(found.model);
+  EXPECT_TRUE(contains(found.config_source(), "LoRA"));
+  EXPECT_THROW_WITH(
+      (void)found.require_model("generate"), ConfigError,
+      "generate: " + (dir / "adapter.safetensors").string() + ": holds LoRA adapters, not a model");
+  EXPECT_THROW_WITH(open_model<GPT2Model<float>>(dir / "adapter.safetensors"), ConfigError,
+                    "load_model: " + (dir / "adapter.safetensors").string());
+}
+
+TEST(DetectCheckpoint, BareTensorsAreAStateDictWithoutAModel) {
+  const TemporaryDirectory dir;
+  const GPT2Model<float> model(testing::small_gpt2(), {.seed = 1});
+  save_module(dir / "weights.safetensors", model);
+  const auto found = detect_checkpoint(dir.path());
+  EXPECT_EQ(found.kind, CheckpointKind::state_dict);
+  EXPECT_EQ(checkpoint_kind_name(found.kind), "state_dict");
+  EXPECT_FALSE(found.model);
+  EXPECT_EQ(found.checkpoint.tensor_names().size(), found.checkpoint.shards()[0].tensors().size());
+  EXPECT_TRUE(contains(found.config_source(), "none"));
+  EXPECT_THROW_WITH(open_model<GPT2Model<float>>(dir.path()), ConfigError,
+                    (dir / "weights.safetensors").string() + ": no model config");
+}
+
+TEST(VisitModel, CallsWithTheModelOfTheCheckpointsFamily) {
+  const auto name_of = [](const auto& model) {
+    return std::string(std::remove_cvref_t<decltype(model)>::style.model_name);
+  };
+  EXPECT_EQ(visit_model(detect_checkpoint(hf_dir("gpt2")), name_of), "GPT2Model");
+  EXPECT_EQ(visit_model<double>(detect_checkpoint(hf_dir("llama")), name_of), "LlamaModel");
+  // f may change the model it is given.
+  EXPECT_GT(visit_model(detect_checkpoint(hf_dir("gpt2")),
+                        [](auto& model) { return quantize_model(model, WeightFormat::bf16); })
+                .size(),
+            0u);
+  const TemporaryDirectory dir;
+  save_module(dir / "weights.safetensors", GPT2Model<float>(testing::small_gpt2(), {.seed = 1}));
+  EXPECT_THROW_WITH(visit_model(detect_checkpoint(dir.path()), name_of, "inspect"), ConfigError,
+                    "inspect: " + (dir / "weights.safetensors").string() + ": no model config");
+}
+
+// ---- what is none of them -----------------------------------------------------------------------
+
+TEST(DetectCheckpointErrors, AMissingPathIsNamed) {
+  const TemporaryDirectory dir;
+  EXPECT_THROW_WITH(
+      detect_checkpoint(dir / "no-such.safetensors"), Error,
+      "detect_checkpoint: " + (dir / "no-such.safetensors").string() + " does not exist");
+  EXPECT_THROW_WITH(open_model<GPT2Model<float>>(dir / "nothing"), Error, "does not exist");
+}
+
+TEST(DetectCheckpointErrors, AnEmptyDirectoryIsNoCheckpoint) {
+  const TemporaryDirectory dir;
+  EXPECT_THROW_WITH(detect_checkpoint(dir.path()), Error,
+                    "detect_checkpoint: " + dir.path().string() +
+                        " is not a checkpoint: no config.json, no weights dissect can open");
+}
+
+TEST(DetectCheckpointErrors, ARandomFileIsNoCheckpoint) {
+  const TemporaryDirectory dir;
+  std::mt19937_64 engine(11);
+  std::vector<std::byte> noise(4096);
+  for (auto& b : noise) b = static_cast<std::byte>(engine());
+  testing::write_file(dir / "random.bin", noise);
+  const std::string expected =
+      "detect_checkpoint: " + (dir / "random.bin").string() + " is not a checkpoint dissect reads";
+  EXPECT_THROW_WITH(detect_checkpoint(dir / "random.bin"), FormatError, expected);
+  // Shorter than a safetensors header's own length field.
+  const std::string text = "hello";
+  testing::write_file(dir / "short.safetensors", std::as_bytes(std::span(text)));
+  EXPECT_THROW_WITH(detect_checkpoint(dir / "short.safetensors"), FormatError,
+                    (dir / "short.safetensors").string() + " is not a checkpoint dissect reads");
+}
+
+TEST(DetectCheckpointErrors, AConfigJsonWithoutWeightsIsNamed) {
+  const TemporaryDirectory dir;
+  fs::copy_file(hf_dir("gpt2") / "config.json", dir / "config.json");
+  EXPECT_THROW_WITH(detect_checkpoint(dir.path()), Error,
+                    "detect_checkpoint: " + dir.path().string() +
+                        " holds a config.json but no weights dissect can open");
+  EXPECT_THROW_WITH(open_model<GPT2Model<float>>(dir.path()), Error,
+                    "holds a config.json but no weights");
+  // The config.json itself, where its directory was meant.
+  EXPECT_THROW_WITH(
+      detect_checkpoint(hf_dir("gpt2") / "config.json"), Error,
+      (hf_dir("gpt2") / "config.json").string() + " describes a model but holds no weights");
+}
+
+TEST(DetectCheckpointErrors, SeveralCandidateFilesAreNamed) {
+  const TemporaryDirectory dir;
+  const GPT2Model<float> model(testing::small_gpt2(), {.seed = 1});
+  save_module(dir / "a.safetensors", model);
+  save_module(dir / "b.safetensors", model);
+  EXPECT_THROW_WITH(detect_checkpoint(dir.path()), Error,
+                    "more than one candidate: a.safetensors, b.safetensors");
+}
+
+TEST(DetectCheckpointErrors, AnUnreadableConfigJsonIsNamed) {
+  const TemporaryDirectory dir;
+  fs::copy_file(hf_dir("gpt2") / "model.safetensors", dir / "model.safetensors");
+  const std::string broken = "{\"model_type\": ";
+  testing::write_file(dir / "config.json", std::as_bytes(std::span(broken)));
+  EXPECT_THROW_WITH(detect_checkpoint(dir.path()), Error,
+                    (dir / "config.json").string() + ": not valid JSON");
+  const std::string bert = "{\"model_type\": \"bert\"}";
+  testing::write_file(dir / "config.json", std::as_bytes(std::span(bert)));
+  EXPECT_THROW_WITH(detect_checkpoint(dir.path()), ConfigError,
+                    "model_type \"bert\" is not one dissect builds");
+}
+
+TEST(DetectCheckpointErrors, AKindOutsideTheEnumIsNamed) {
+  EXPECT_THROW_WITH((void)checkpoint_kind_name(static_cast<CheckpointKind>(17)), ConfigError,
+                    "CheckpointKind(17) is not a checkpoint kind");
+}
+
+}  // namespace
+}  // namespace dissect
