@@ -35,32 +35,12 @@ BudgetInputs lesson_inputs() {
   return inputs;
 }
 
-// ---- dtypes and bytes ---------------------------------------------------------------------------
+// ---- dtypes reaching the budget --------------------------------------------------------------
+// The dtype vocabulary itself (names, sizes, out-of-range values) is tested in test_dtype.cpp.
 
-TEST(Dtype, BitsAndNames) {
-  EXPECT_EQ(dtype_bits(Dtype::fp32), 32);
-  EXPECT_EQ(dtype_bits(Dtype::fp16), 16);
-  EXPECT_EQ(dtype_bits(Dtype::bf16), 16);
-  EXPECT_EQ(dtype_bits(Dtype::fp8), 8);
-  EXPECT_EQ(dtype_bits(Dtype::int8), 8);
-  EXPECT_EQ(dtype_bits(Dtype::int4), 4);
-  const std::string names[] = {"fp32", "fp16", "bf16", "fp8", "int8", "int4"};
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(dtype_name(static_cast<Dtype>(i)), names[i]);
-  // Reading names back from a command line: tools/test_parse.cpp.
-  static_assert(dtype_bits(Dtype::int4) == 4, "dtype_bits stays usable in constant expressions");
-}
-
-TEST(Dtype, OutOfRangeValueIsAConfigErrorNamingTheTypeAndValue) {
-  // reliability.md row 23. Dtype(17) used to give dtype_bits 0 and a division by zero in
-  // bytes_for; every entry now checks the value first.
+TEST(BudgetDtype, OutOfRangeValueIsAConfigErrorNamingTheField) {
+  // reliability.md row 23, at the budget's entries.
   const Dtype bad = static_cast<Dtype>(17);
-  EXPECT_THROW_WITH(dtype_bits(bad), ConfigError,
-                    "dtype_bits: Dtype(17) is out of range (known: fp32, fp16, bf16, fp8, int8, "
-                    "int4)");
-  EXPECT_THROW_WITH(dtype_name(bad), ConfigError, "dtype_name: Dtype(17) is out of range");
-  EXPECT_THROW_WITH(check_dtype("op", static_cast<Dtype>(-1)), ConfigError,
-                    "op: Dtype(-1) is out of range");
-  EXPECT_THROW_WITH(bytes_for(10, bad, "weights"), ConfigError, "weights: Dtype(17)");
   EXPECT_THROW_WITH(weight_bytes(10, bad), ConfigError, "Dtype(17) is out of range");
   EXPECT_THROW_WITH(kv_cache_bytes(32, 2048, 32, 128, bad), ConfigError, "Dtype(17)");
   BudgetInputs inputs = lesson_inputs();
@@ -68,25 +48,14 @@ TEST(Dtype, OutOfRangeValueIsAConfigErrorNamingTheTypeAndValue) {
   EXPECT_THROW_WITH(compute_budget(lesson_model(), inputs), ConfigError,
                     "budget: weight_dtype: Dtype(17) is out of range");
   inputs = lesson_inputs();
-  inputs.kv_dtype = static_cast<Dtype>(6);  // one past int4
+  inputs.kv_dtype = static_cast<Dtype>(8);  // one past q4_0
   EXPECT_THROW_WITH(compute_budget(find_preset("gpt2-small").config, inputs), ConfigError,
-                    "budget: kv_dtype: Dtype(6) is out of range");
+                    "budget: kv_dtype: Dtype(8) is out of range");
 }
 
-TEST(BytesFor, Int4PacksTwoPerByteAndRoundsUp) {
-  EXPECT_EQ(bytes_for(8, Dtype::int4), 4);
-  EXPECT_EQ(bytes_for(7, Dtype::int4), 4);  // 3.5 bytes → 4
-  EXPECT_EQ(bytes_for(1, Dtype::int4), 1);
-  EXPECT_EQ(bytes_for(0, Dtype::int4), 0);
-  // ⌈(2⁶³ − 1) / 2⌉ = 2⁶² without ever forming (2⁶³ − 1) · 4 bits.
-  EXPECT_EQ(bytes_for(kMax, Dtype::int4), index_t{1} << 62);
-}
-
-TEST(BytesFor, OverflowAndNegativeCountsAreConfigErrors) {
-  EXPECT_THROW_WITH(bytes_for(kMax / 2, Dtype::fp32, "weights"), OverflowError,
-                    "weights: overflows int64");
-  EXPECT_THROW_WITH(bytes_for(-1, Dtype::fp16, "weights"), ConfigError,
-                    "weights: negative element count -1");
+TEST(BudgetDtype, Q4_0WeightsAre18BytesPer32) {
+  // 7e9 / 32 = 218,750,000 blocks of 18 bytes: 3.9375e9 B, 4.5 bits per weight.
+  EXPECT_EQ(weight_bytes(7'000'000'000, Dtype::q4_0), 3'937'500'000);
 }
 
 // ---- the lesson: weights and KV cache -----------------------------------------------------------

@@ -3,7 +3,8 @@
 // From a parameter count and the KV shape (L, H_kv, d_k) — or a whole TransformerConfig — plus
 // dtypes, a context length and a device (memory, reserve, bandwidth, peak FLOP/s), compute the
 // serving budget: weight bytes, KV bytes per token and per sequence, how many sequences fit,
-// decode and prefill time, and Adam's training memory. Bytes are exact int64 (int4 rounds up);
+// decode and prefill time, and Adam's training memory. The dtypes and their sizes are
+// dtype.hpp's. Bytes are exact int64 (int4 and Q4_0 round up to whole blocks);
 // prefill FLOPs are forward_flops() of model_shape.hpp. Pure arithmetic: reading "24GB" from a
 // command line is the tools' business (tools/common/parse.hpp).
 #pragma once
@@ -20,34 +21,12 @@
 
 #include "dissect/config.hpp"
 #include "dissect/count.hpp"
+#include "dissect/dtype.hpp"
 #include "dissect/error.hpp"
 #include "dissect/model_shape.hpp"
 #include "dissect/shape.hpp"
 
 namespace dissect {
-
-// ---- dtypes -------------------------------------------------------------------------------------
-
-/// Storage formats for weights and the KV cache.
-enum class Dtype { fp32, fp16, bf16, fp8, int8, int4 };
-
-/// Returns `value` if it is a Dtype enumerator.
-/// @throws ConfigError "op: Dtype(17) is out of range (known: fp32, …)".
-constexpr Dtype check_dtype(std::string_view op, Dtype value);
-
-/// Bits per element: 32, 16, 16, 8, 8, 4.
-/// @throws ConfigError for a value outside the enum.
-constexpr int dtype_bits(Dtype dtype);
-
-/// The canonical name: "fp32", "fp16", "bf16", "fp8", "int8", "int4".
-/// @throws ConfigError for a value outside the enum.
-constexpr std::string_view dtype_name(Dtype dtype);
-
-/// Bytes to store `elements` values of `dtype`, rounded up to whole bytes (int4 packs two per
-/// byte, so an odd count needs one more half-empty byte).
-/// @throws ConfigError naming `what` if `elements` < 0 or `dtype` is out of range;
-///         OverflowError if the size overflows int64.
-index_t bytes_for(index_t elements, Dtype dtype, std::string_view what = "bytes_for");
 
 // ---- printing -----------------------------------------------------------------------------------
 
@@ -193,35 +172,6 @@ Budget compute_budget(const ModelSize& model, const BudgetInputs& inputs);
 /// The same for a configuration: its exact parameter count, and the exact W of forward_shape.
 /// @throws ConfigError as above, or if the config is invalid.
 Budget compute_budget(const TransformerConfig& config, const BudgetInputs& inputs);
-
-// ---- implementation: dtypes ---------------------------------------------------------------------
-
-namespace detail {
-inline constexpr std::array<std::string_view, 6> dtype_names{"fp32", "fp16", "bf16",
-                                                             "fp8",  "int8", "int4"};
-inline constexpr std::array<int, 6> dtype_bit_widths{32, 16, 16, 8, 8, 4};
-}  // namespace detail
-
-constexpr Dtype check_dtype(std::string_view op, Dtype value) {
-  return detail::check_enum(op, "Dtype", value, detail::dtype_names);
-}
-
-constexpr int dtype_bits(Dtype dtype) {
-  return detail::dtype_bit_widths[static_cast<std::size_t>(check_dtype("dtype_bits", dtype))];
-}
-
-constexpr std::string_view dtype_name(Dtype dtype) {
-  return detail::dtype_names[static_cast<std::size_t>(check_dtype("dtype_name", dtype))];
-}
-
-inline index_t bytes_for(index_t elements, Dtype dtype, std::string_view what) {
-  if (elements < 0) throw ConfigError(detail::concat(what, ": negative element count ", elements));
-  const int bits = dtype_bits(check_dtype(what, dtype));
-  if (bits % 8 == 0) return checked_mul(elements, bits / 8, what);
-  // Sub-byte: ceil(elements · bits / 8) without forming elements · bits, which could overflow.
-  const index_t per_byte = 8 / bits;
-  return elements / per_byte + (elements % per_byte != 0 ? 1 : 0);
-}
 
 // ---- implementation: printing -------------------------------------------------------------------
 
