@@ -11,7 +11,7 @@
 #include <optional>
 
 #include "bench_support.hpp"
-#include "dissect/io/half.hpp"
+#include "dissect/numeric/half.hpp"
 #include "dissect/quant/detail/quant_kernels.hpp"
 #include "dissect/quant/kernel_path.hpp"
 

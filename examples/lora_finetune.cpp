@@ -68,6 +68,7 @@
 #include "common/svg_plot.hpp"
 #include "dissect/config.hpp"
 #include "dissect/count.hpp"
+#include "dissect/freezing.hpp"
 #include "dissect/init.hpp"
 #include "dissect/io/checkpoint.hpp"
 #include "dissect/io/lora_file.hpp"

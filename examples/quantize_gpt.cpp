@@ -43,7 +43,7 @@
 #include "dissect/io/model_file.hpp"
 #include "dissect/models/generate.hpp"
 #include "dissect/quant/kernel_path.hpp"
-#include "dissect/quant/quantize.hpp"
+#include "dissect/transforms/quantize.hpp"
 #include "tools/common/byte_vocab.hpp"
 
 namespace {

@@ -48,6 +48,7 @@
 #include "dissect/loss.hpp"
 #include "dissect/module.hpp"
 #include "dissect/optim.hpp"
+#include "dissect/sequential.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
 

@@ -27,7 +27,7 @@
 #include "dissect/kernels/gemm.hpp"
 #include "dissect/linear.hpp"
 #include "dissect/models/decoder_model.hpp"
-#include "dissect/quant/quantize.hpp"
+#include "dissect/transforms/quantize.hpp"
 #include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"
 

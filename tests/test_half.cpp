@@ -1,4 +1,4 @@
-// Tests for dissect/io/half.hpp: fp16 and bf16 to and from float, exhaustively over all 65,536
+// Tests for dissect/numeric/half.hpp: fp16 and bf16 to and from float, exhaustively over all 65,536
 // bit patterns of each, against references computed a different way (ldexp on the fields for
 // decoding; for encoding, the nearest candidate by exact distance in double, ties to the even
 // pattern). Every class of pattern is covered: ±0, subnormals, normals, the largest and smallest,
@@ -11,7 +11,7 @@
 #include <limits>
 #include <random>
 
-#include "dissect/io/half.hpp"
+#include "dissect/numeric/half.hpp"
 
 namespace dissect {
 namespace {

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "dissect/freezing.hpp"
 #include "dissect/lora.hpp"
 #include "dissect/loss.hpp"
 #include "dissect/models/decoder_model.hpp"

@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "dissect/freezing.hpp"
 #include "dissect/io/lora_file.hpp"
 #include "dissect/models/decoder_model.hpp"
+#include "dissect/transforms/lora.hpp"
 #include "support/io_testing.hpp"
 #include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"

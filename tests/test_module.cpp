@@ -2,6 +2,7 @@
 // state_dict names, generic zero_grad/parameter_count, Sequential against a hand composition,
 // optimizers built from modules alone, and the hostile-caller rows 20–22 of docs/reliability.md.
 #include "dissect/module.hpp"
+#include "dissect/sequential.hpp"
 
 #include <gtest/gtest.h>
 

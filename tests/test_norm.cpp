@@ -14,6 +14,7 @@
 
 #include "dissect/linear.hpp"
 #include "dissect/optim.hpp"
+#include "dissect/sequential.hpp"
 #include "support/fixture.hpp"
 #include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"

@@ -11,10 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "dissect/freezing.hpp"
 #include "dissect/lora.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/quant/kernel_path.hpp"
-#include "dissect/quant/quantize.hpp"
+#include "dissect/transforms/quantize.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"
@@ -165,6 +166,22 @@ TEST(QuantFormat, BytesAndNames) {
   EXPECT_THROW_WITH(weight_format_from_name("int4"), ConfigError, "\"int4\" is not one of");
   EXPECT_THROW_WITH(weight_format_name(static_cast<WeightFormat>(7)), ConfigError,
                     "WeightFormat(7)");
+}
+
+TEST(QuantFormat, SizesAndNamesAreTheDtypeTables) {
+  // One vocabulary (dtype.hpp): a format's name and its weights' bytes are its dtype's; int8
+  // adds one fp32 scale per row.
+  const auto w = random_matrix(3, 96, 1.0f, 5);
+  for (WeightFormat format : {WeightFormat::bf16, WeightFormat::int8, WeightFormat::q4_0}) {
+    const Dtype dtype = dtype_of(format);
+    EXPECT_EQ(weight_format_name(format), dtype_name(dtype));
+    const index_t scales = format == WeightFormat::int8 ? 3 * index_t{sizeof(float)} : 0;
+    EXPECT_EQ(QuantizedWeight::quantize(w.cview(), format).bytes(),
+              bytes_for(3 * 96, dtype) + scales)
+        << weight_format_name(format);
+  }
+  EXPECT_EQ(dtype_of(WeightFormat::q4_0), Dtype::q4_0);
+  EXPECT_THROW_WITH(dtype_of(static_cast<WeightFormat>(3)), ConfigError, "WeightFormat(3)");
 }
 
 TEST(QuantFormat, RefusesWhatItCannotStore) {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "dissect/io/half.hpp"
+#include "dissect/numeric/half.hpp"
 #include "dissect/quant/detail/quant_kernels.hpp"
 #include "dissect/quant/kernel_path.hpp"
 

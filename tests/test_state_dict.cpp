@@ -13,6 +13,7 @@
 #include "dissect/io/state_dict.hpp"
 #include "dissect/linear.hpp"
 #include "dissect/models/decoder_model.hpp"
+#include "dissect/sequential.hpp"
 #include "support/io_testing.hpp"
 #include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"
@@ -38,7 +39,7 @@ auto collect(const M& module, F f) {
 
 /// Every parameter's values as doubles, by name.
 template <Module M>
-auto parameters_of(const M& module) {
+auto parameter_values(const M& module) {
   return collect(module, [](std::string name, auto value) {
     return std::pair{name, std::vector<double>(value.begin(), value.end())};
   });
@@ -92,7 +93,7 @@ TEST_F(StateDictTest, AFloat32FileFillsADoubleModelExactly) {
   save_module(path, saved);
   GPT2Model<double> loaded(small_gpt2(), {.seed = 4});
   load_state_dict(loaded, SafetensorsFile(path));
-  EXPECT_EQ(parameters_of(loaded), parameters_of(saved)) << "float → double is exact";
+  EXPECT_EQ(parameter_values(loaded), parameter_values(saved)) << "float → double is exact";
 }
 
 TEST_F(StateDictTest, SavingAsBf16RoundsEachParameterOnce) {
@@ -102,11 +103,11 @@ TEST_F(StateDictTest, SavingAsBf16RoundsEachParameterOnce) {
   EXPECT_EQ(SafetensorsFile(path).info("0.weight").dtype, "BF16");
   Mlp loaded = make_mlp(6);
   load_state_dict(loaded, SafetensorsFile(path));
-  auto expected = parameters_of(saved);
+  auto expected = parameter_values(saved);
   for (auto& [name, values] : expected) {
     for (double& value : values) value = bf16_to_float(float_to_bf16(static_cast<float>(value)));
   }
-  EXPECT_EQ(parameters_of(loaded), expected);
+  EXPECT_EQ(parameter_values(loaded), expected);
 }
 
 /// A checkpoint for make_mlp's model without layer 2, with two tensors the model lacks and

@@ -22,9 +22,9 @@
 #include <string>
 #include <string_view>
 
-#include "dissect/blocks.hpp"
 #include "dissect/error.hpp"
 #include "dissect/module.hpp"
+#include "dissect/qkv.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
 
@@ -74,8 +74,6 @@ QKV<scalar_of<Q>> causal_attention_backward(const Q& q, const K& k, const V& v,
 index_t causal_attention_flops(index_t batch, index_t n_heads, index_t tokens, index_t keys,
                                index_t head_dim);
 
-namespace detail {
-
 /// The heads of a [B, heads, rows, d_k] tensor whose head (b, h) starts head_stride values after
 /// head (b, h − 1): a contiguous tensor (head_stride = rows·d_k) or the first `rows` positions
 /// of a KV cache's [B, H_kv, capacity, d_k] buffer (head_stride = capacity·d_k).
@@ -99,6 +97,18 @@ template <class T>
 HeadMatrices<T> heads_of(const TensorView<T, 4>& x) {
   return {x.data(), x.dim(1), x.dim(2), x.dim(3), x.dim(2) * x.dim(3)};
 }
+
+/// o = causal softmax(q·kᵀ/√d_k)·v on heads given as strided matrices: the kernel behind
+/// causal_attention_into, for callers whose keys and values are not one contiguous tensor (the
+/// first S positions of a KV cache, KVCache::keys / values). q and o: B·H heads of T rows; k, v:
+/// B·H_kv heads of S ≥ T rows, the last T of them at the queries' positions.
+/// @throws ShapeError naming the operand if the head counts, rows or d_k do not fit.
+template <class Scalar>
+void causal_attention_heads_into(HeadMatrices<const Scalar> q, HeadMatrices<const Scalar> k,
+                                 HeadMatrices<const Scalar> v, HeadMatrices<Scalar> o,
+                                 index_t batch);
+
+namespace detail {
 
 /// Key tile and query tile of the online softmax: a 64×64 score tile (16 KB in float) stays in
 /// L1 next to its k and v rows.
@@ -221,8 +231,38 @@ void causal_attention_into(const Q& q, const K& k, const V& v, O&& o) {
     throw ShapeError(detail::concat(op, ": o must not share memory with q, k or v"));
   }
   if (out.empty()) return;
-  detail::online_causal_attention<Scalar>(detail::heads_of(qv), detail::heads_of(kv),
-                                          detail::heads_of(vv), detail::heads_of(out), out.dim(0));
+  detail::online_causal_attention<Scalar>(heads_of(qv), heads_of(kv), heads_of(vv), heads_of(out),
+                                          out.dim(0));
+}
+
+template <class Scalar>
+void causal_attention_heads_into(HeadMatrices<const Scalar> q, HeadMatrices<const Scalar> k,
+                                 HeadMatrices<const Scalar> v, HeadMatrices<Scalar> o,
+                                 index_t batch) {
+  constexpr std::string_view op = "causal_attention_heads_into";
+  const auto text = [](const char* name, const auto& m) {
+    return concat(name, ": ", m.n_heads, " heads of [", m.rows, ", ", m.head_dim, "]");
+  };
+  const std::string shapes = concat(" (batch ", batch, "; ", text("q", q), ", ", text("k", k), ", ",
+                                    text("v", v), ", ", text("o", o), ")");
+  if (batch < 0 || q.n_heads <= 0 || k.n_heads <= 0 || q.n_heads % k.n_heads != 0) {
+    throw ShapeError(concat(op, ": batch must be >= 0 and k's heads must divide q's", shapes));
+  }
+  if (k.rows < q.rows || k.head_dim != q.head_dim || v.n_heads != k.n_heads || v.rows != k.rows ||
+      v.head_dim != k.head_dim) {
+    throw ShapeError(
+        concat(op, ": k and v must be alike, with d_k of q and at least q's rows", shapes));
+  }
+  if (o.n_heads != q.n_heads || o.rows != q.rows || o.head_dim != q.head_dim) {
+    throw ShapeError(concat(op, ": o must be shaped like q", shapes));
+  }
+  if (q.rows < 0 || q.head_dim < 0 || q.head_stride < q.rows * q.head_dim ||
+      k.head_stride < k.rows * k.head_dim || v.head_stride < v.rows * v.head_dim ||
+      o.head_stride < o.rows * o.head_dim) {
+    throw ShapeError(concat(op, ": a head stride is shorter than its head", shapes));
+  }
+  if (batch == 0 || q.rows == 0) return;
+  detail::online_causal_attention<Scalar>(q, k, v, o, batch);
 }
 
 template <TensorLike Q, TensorLike K, TensorLike V>
@@ -245,8 +285,8 @@ Tensor<scalar_of<Q>, 4> causal_attention(const Q& q, const K& k, const V& v,
   const Scalar scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(qv.dim(3))));
   auto probs = detail::reuse_buffer(cache.probs, Shape<4>{batch, heads, tokens, keys});
   auto out = Tensor<Scalar, 4>::uninitialized(qv.shape());
-  const auto qh = detail::heads_of(qv), kh = detail::heads_of(kv), vh = detail::heads_of(vv);
-  const auto oh = detail::heads_of(out.view()), ph = detail::heads_of(probs);
+  const auto qh = heads_of(qv), kh = heads_of(kv), vh = heads_of(vv);
+  const auto oh = heads_of(out.view()), ph = heads_of(probs);
   // Heads are independent: with OpenMP each thread takes whole heads, and the products inside
   // run single-threaded (Eigen does not nest), instead of every small GEMM forking the team.
   const index_t pairs = batch * heads;
@@ -296,10 +336,10 @@ QKV<scalar_of<Q>> causal_attention_backward(const Q& q, const K& k, const V& v,
   const Scalar scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(d_k)));
   QKV<Scalar> grads{Tensor<Scalar, 4>::uninitialized(qv.shape()), Tensor<Scalar, 4>(kv.shape()),
                     Tensor<Scalar, 4>(kv.shape())};
-  const auto qh = detail::heads_of(qv), kh = detail::heads_of(kv), vh = detail::heads_of(vv);
-  const auto doh = detail::heads_of(dov), ph = detail::heads_of(cache.probs.cview());
-  const auto dqh = detail::heads_of(grads.q.view()), dkh = detail::heads_of(grads.k.view()),
-             dvh = detail::heads_of(grads.v.view());
+  const auto qh = heads_of(qv), kh = heads_of(kv), vh = heads_of(vv);
+  const auto doh = heads_of(dov), ph = heads_of(cache.probs.cview());
+  const auto dqh = heads_of(grads.q.view()), dkh = heads_of(grads.k.view()),
+             dvh = heads_of(grads.v.view());
   // A thread takes a whole (b, KV head) group: its query heads all add into the same dk and dv,
   // which no other thread touches.
   const index_t kv_heads = kv.dim(1), groups = batch * kv_heads;

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <type_traits>
 
+#define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/detail/enum_check.hpp"
 #include "dissect/error.hpp"
 #include "dissect/shape.hpp"

@@ -45,9 +45,9 @@ struct FormatError : Error {
   using Error::Error;
 };
 
-namespace detail {
-
-/// Builds a message from streamable parts, so call sites read like the message itself.
+/// Builds a message from streamable parts, so call sites read like the message itself:
+/// `concat("Linear::forward: input last dim ", k, " != in_features ", in)`. Public so that tools
+/// and user code can word their errors as the library does.
 template <class... Parts>
 std::string concat(Parts&&... parts) {
   std::ostringstream out;
@@ -55,5 +55,7 @@ std::string concat(Parts&&... parts) {
   return out.str();
 }
 
+namespace detail {
+using dissect::concat;  // the library's own call sites predate its move out of detail
 }  // namespace detail
 }  // namespace dissect

@@ -13,6 +13,7 @@
 
 #include "dissect/config.hpp"
 #include "dissect/error.hpp"
+#include "dissect/forward_stages.hpp"
 #include "dissect/model_shape.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/shape_chain.hpp"
@@ -75,24 +76,24 @@ inline ShapeChain forward_shape_chain(const TransformerConfig& config, index_t b
   const bool gated = c.ffn == Ffn::gated;
 
   ShapeChain chain(std::move(dims));
-  chain.record("token ids", "B T", "tokenizer output");
-  chain.record("embedding", "B T D",
+  chain.record(stage::token_ids, "B T", "tokenizer output");
+  chain.record(stage::embedding, "B T D",
                c.positions == Positions::learned ? "E[ids] + P[0:T]" : "E[ids]");
   // With an explicit head_dim (Gemma), H·d_k need not be D.
   const bool q_is_d = checked_mul(c.n_heads, d_k, op) == c.d_model;
-  chain.record("QKV projection", q_is_d ? "B T D" : "B T H*d_k",
+  chain.record(stage::qkv_projection, q_is_d ? "B T D" : "B T H*d_k",
                grouped_query ? "X·W_Q, X·W_K, X·W_V (K, V: H_kv*d_k wide)" : "X·W_Q, X·W_K, X·W_V",
                linear({"attn.qkv"}));
-  chain.record("head split", "B H T d_k", "reshape + transpose", in_layer);
-  chain.record("scores", "B H T T", "Q·Kᵀ / √d_k", attention);
-  chain.record("softmax", "B H T T", "over the last axis", in_layer);
-  chain.record("weighted sum", "B H T d_k", "P·V", attention);
-  chain.record("head merge + W_O", "B T D", "transpose + reshape, ·W_O", linear({"attn.out"}));
-  chain.record("FFN", "B T D", gated ? "SwiGLU D → F → D" : "D → F → D",
+  chain.record(stage::head_split, "B H T d_k", "reshape + transpose", in_layer);
+  chain.record(stage::scores, "B H T T", "Q·Kᵀ / √d_k", attention);
+  chain.record(stage::softmax, "B H T T", "over the last axis", in_layer);
+  chain.record(stage::weighted_sum, "B H T d_k", "P·V", attention);
+  chain.record(stage::head_merge, "B T D", "transpose + reshape, ·W_O", linear({"attn.out"}));
+  chain.record(stage::ffn, "B T D", gated ? "SwiGLU D → F → D" : "D → F → D",
                gated ? linear({"mlp.gate", "mlp.up", "mlp.down"}) : linear({"mlp.up", "mlp.down"}));
-  chain.record("logits", "B T V", c.tied_embeddings ? "X·Eᵀ (tied head)" : "X·W_vocab",
+  chain.record(stage::logits, "B T V", c.tied_embeddings ? "X·Eᵀ (tied head)" : "X·W_vocab",
                linear({"lm_head"}));
-  chain.record("sampling", "B T", "softmax + sample");
+  chain.record(stage::sampling, "B T", "softmax + sample");
 
   chain.add_note(detail::concat("linear steps = 2 · ", format_count(shape.linear_weights),
                                 " weights · ", format_count(rows),

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <optional>
 
+#define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/detail/panelled_gemm.hpp"
 #include "dissect/kernels/gemm.hpp"
 #include "dissect/tensor.hpp"
@@ -65,7 +66,7 @@ namespace detail {
 template <class Scalar>
 bool own_gemm(index_t tokens) {
   return std::is_same_v<Scalar, float> && tokens > skinny_rows &&
-         gemm_kernel_path() != quant::KernelPath::scalar;
+         gemm_kernel_path() != KernelPath::scalar;
 }
 
 /// A row-major view as the GEMM driver's strided operand, transposed when asked.

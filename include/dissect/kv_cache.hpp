@@ -69,18 +69,18 @@ class KVCache {
   void advance(index_t tokens);
 
   /// Layer `layer`'s keys and values at positions [0, positions), as attention reads them.
-  detail::HeadMatrices<const Scalar> keys(index_t layer, index_t positions) const {
+  HeadMatrices<const Scalar> keys(index_t layer, index_t positions) const {
     return heads(keys_, layer, positions);
   }
-  detail::HeadMatrices<const Scalar> values(index_t layer, index_t positions) const {
+  HeadMatrices<const Scalar> values(index_t layer, index_t positions) const {
     return heads(values_, layer, positions);
   }
 
  private:
   void check_layer(std::string_view op, index_t layer) const;
   void check_room(std::string_view op, index_t tokens) const;
-  detail::HeadMatrices<const Scalar> heads(const Tensor<Scalar, 5>& store, index_t layer,
-                                           index_t positions) const;
+  HeadMatrices<const Scalar> heads(const Tensor<Scalar, 5>& store, index_t layer,
+                                   index_t positions) const;
 
   Tensor<Scalar, 5> keys_;    // [L, B, H_kv, capacity, d_k]
   Tensor<Scalar, 5> values_;  // [L, B, H_kv, capacity, d_k]
@@ -179,8 +179,8 @@ void KVCache<Scalar>::truncate(index_t length) {
 }
 
 template <class Scalar>
-detail::HeadMatrices<const Scalar> KVCache<Scalar>::heads(const Tensor<Scalar, 5>& store,
-                                                          index_t layer, index_t positions) const {
+HeadMatrices<const Scalar> KVCache<Scalar>::heads(const Tensor<Scalar, 5>& store, index_t layer,
+                                                  index_t positions) const {
   check_layer("KVCache", layer);
   if (positions < 0 || positions > capacity()) {
     throw ShapeError(

@@ -31,11 +31,13 @@
 #include <type_traits>
 #include <utility>
 
+#define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/detail/panelled_gemm.hpp"
 #include "dissect/error.hpp"
 #include "dissect/init.hpp"
 #include "dissect/kernels.hpp"
 #include "dissect/kernels/packed_weight.hpp"
+#include "dissect/linear/weight_storage.hpp"
 #include "dissect/lora_adapter.hpp"
 #include "dissect/module.hpp"
 #include "dissect/quant/weight_format.hpp"
@@ -141,7 +143,7 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// As quantize, from weights already quantised (a file's). @throws ShapeError if `weight` is
   /// not [out, in]; Error as quantize.
   void set_quantized_weight(QuantizedWeight weight) requires std::is_same_v<Scalar, float>;
-  bool quantized() const { return quantized_.has_value(); }
+  bool quantized() const { return storage_.quantized() != nullptr; }
   /// @throws Error if the layer is not quantised.
   const QuantizedWeight& quantized_weight() const;
   /// Forgets the quantised storage: forward runs in float on Ŵ again. The layer stays frozen.
@@ -156,10 +158,10 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// @throws Error if the layer is quantised (its own kernels already read packed bytes).
   void pack() requires std::is_same_v<Scalar, float>;
   void unpack() {
-    packed_.reset();
+    if (storage_.packed()) storage_.set_dense();
     ++weight_generation_;
   }
-  bool packed() const { return packed_.has_value(); }
+  bool packed() const { return storage_.packed() != nullptr; }
   /// @throws Error if the layer is not packed.
   const PackedWeight& packed_weight() const;
   /// Changes whenever W or the way forward reads it changes through this layer's API (not
@@ -239,13 +241,12 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   bool frozen_ = false;
   std::optional<LoRAAdapter<Scalar>> adapter_;
   bool merged_ = false;
-  std::optional<QuantizedWeight> quantized_;
-  std::optional<PackedWeight> packed_;
+  /// How forward reads W: dense, packed or quantised (linear/weight_storage.hpp).
+  WeightStorage storage_;
   std::uint64_t weight_generation_ = 0;
   /// After W changed through the layer's API: a packed layer repacks.
   void weight_changed();
-  /// y = x·Wᵀ + b on the quantised kernels, the packed GEMM or in Scalar, then the adapter's
-  /// term.
+  /// y = x·Wᵀ + b by the weight's storage, then the adapter's term.
   void forward_matrix(const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> y) const;
   void require_not_quantized(const char* op) const;
 };
@@ -328,10 +329,9 @@ const LoRAAdapter<Scalar>& Linear<Scalar>::with_adapter(const char* name) const 
 
 template <class Scalar>
 void Linear<Scalar>::require_not_quantized(const char* op) const {
-  if (quantized_) {
+  if (const QuantizedWeight* q = storage_.quantized()) {
     throw Error(detail::concat("Linear::", op, ": the weight is stored as ",
-                               weight_format_name(quantized_->format()),
-                               "; dequantize() the layer first"));
+                               weight_format_name(q->format()), "; dequantize() the layer first"));
   }
 }
 
@@ -357,51 +357,32 @@ void Linear<Scalar>::set_quantized_weight(
   }
   weight.dequantize_into(weight_.view());
   set_frozen(true);
-  packed_.reset();
-  quantized_.emplace(std::move(weight));
+  storage_.set_quantized(std::move(weight));
   ++weight_generation_;
 }
 
 template <class Scalar>
 const QuantizedWeight& Linear<Scalar>::quantized_weight() const {
-  if (!quantized_) throw Error("Linear::quantized_weight: the layer is not quantised");
-  return *quantized_;
+  const QuantizedWeight* q = storage_.quantized();
+  if (!q) throw Error("Linear::quantized_weight: the layer is not quantised");
+  return *q;
 }
 
 template <class Scalar>
 void Linear<Scalar>::dequantize() {
-  if (!quantized_) throw Error("Linear::dequantize: the layer is not quantised");
-  quantized_.reset();
+  if (!storage_.quantized()) throw Error("Linear::dequantize: the layer is not quantised");
+  storage_.set_dense();
   ++weight_generation_;
 }
 
 template <class Scalar>
 index_t Linear<Scalar>::weight_bytes() const {
-  return quantized_ ? quantized_->bytes()
-                    : out_features() * in_features() * static_cast<index_t>(sizeof(Scalar));
+  return storage_.bytes(out_features() * in_features() * static_cast<index_t>(sizeof(Scalar)));
 }
 
 template <class Scalar>
 void Linear<Scalar>::forward_matrix(const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> y) const {
-  if constexpr (std::is_same_v<Scalar, float>) {
-    if (quantized_) {
-      const index_t m = x.rows();
-      quantized_->matmul(x.data(), x.outerStride(), m, y.data(), y.outerStride(),
-                         has_bias_ ? bias_.data() : nullptr,
-                         detail::threads_for_product(m, quantized_->rows() * quantized_->cols()));
-      if (adapter_ && !merged_) adapter_->forward_add(x, y);
-      return;
-    }
-    if (packed_) {
-      Epilogue epilogue;
-      epilogue.bias = has_bias_ ? bias_.data() : nullptr;
-      packed_matmul(x.data(), x.outerStride(), x.rows(), *packed_, y.data(), y.outerStride(),
-                    epilogue);
-      if (adapter_ && !merged_) adapter_->forward_add(x, y);
-      return;
-    }
-  }
-  linear_forward<Scalar>(x, weight_.matrix(), bias_map(), y);
+  storage_.forward_matmul<Scalar>(x, weight_.matrix(), bias_map(), y);
   if (adapter_ && !merged_) adapter_->forward_add(x, y);
 }
 
@@ -409,8 +390,8 @@ template <class Scalar>
 void Linear<Scalar>::set_frozen(bool frozen) {
   if (!frozen) require_not_quantized("set_frozen(false)");
   if (!frozen) {
-    if (packed_) unpack();  // training writes W through views the pack cannot see
-    ++weight_generation_;   // so may the optimizer: a block's packing must not trust W now
+    if (storage_.packed()) unpack();  // training writes W through views the pack cannot see
+    ++weight_generation_;  // so may the optimizer: a block's packing must not trust W now
   }
   if (frozen == frozen_) return;
   frozen_ = frozen;
@@ -478,7 +459,7 @@ template <class Scalar>
 void Linear<Scalar>::weight_changed() {
   ++weight_generation_;
   if constexpr (std::is_same_v<Scalar, float>) {
-    if (packed_) packed_.emplace(weight_.data(), out_features(), in_features(), in_features());
+    if (storage_.packed()) storage_.set_packed(weight_.data(), out_features(), in_features());
   }
 }
 
@@ -486,14 +467,15 @@ template <class Scalar>
 void Linear<Scalar>::pack() requires std::is_same_v<Scalar, float> {
   require_not_quantized("pack");
   set_frozen(true);
-  packed_.emplace(weight_.data(), out_features(), in_features(), in_features());
+  storage_.set_packed(weight_.data(), out_features(), in_features());
   ++weight_generation_;
 }
 
 template <class Scalar>
 const PackedWeight& Linear<Scalar>::packed_weight() const {
-  if (!packed_) throw Error("Linear::packed_weight: the layer is not packed (call pack())");
-  return *packed_;
+  const PackedWeight* p = storage_.packed();
+  if (!p) throw Error("Linear::packed_weight: the layer is not packed (call pack())");
+  return *p;
 }
 
 template <class Scalar>

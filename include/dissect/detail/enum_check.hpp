@@ -5,6 +5,11 @@
 // the array of its enumerators' names, so the check and the names cannot drift apart.
 #pragma once
 
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/detail/enum_check.hpp is private to dissect: include any public dissect header (they share it) instead"
+#endif
+
 #include <array>
 #include <cstddef>
 #include <span>

@@ -6,6 +6,11 @@
 // view(B, T, H, d_k).transpose(1, 2) and its inverse, each as one pass of d_k-long copies.
 #pragma once
 
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/detail/heads.hpp is private to dissect: include any public dissect header (they share it) instead"
+#endif
+
 #include <algorithm>
 
 #include "dissect/tensor.hpp"

@@ -6,6 +6,11 @@
 // skinny product (few tokens) is split across OpenMP threads. bench/README.md has the numbers.
 #pragma once
 
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/detail/panelled_gemm.hpp is private to dissect: include any public dissect header (they share it) instead"
+#endif
+
 #include <algorithm>
 
 #include "dissect/shape.hpp"

@@ -5,6 +5,11 @@
 // platform. std::log is not: the C++ standard leaves its accuracy to the implementation.
 #pragma once
 
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/detail/portable_math.hpp is private to dissect: include any public dissect header (they share it) instead"
+#endif
+
 #include <cmath>
 
 namespace dissect::detail {

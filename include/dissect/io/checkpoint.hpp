@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/error.hpp"
 #include "dissect/io/detail/json.hpp"
 #include "dissect/io/detail/mapped_file.hpp"

@@ -20,10 +20,13 @@
 #include <string>
 #include <vector>
 
+#define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/error.hpp"
+#include "dissect/freezing.hpp"
 #include "dissect/io/detail/json.hpp"
 #include "dissect/io/safetensors.hpp"
-#include "dissect/lora.hpp"
+#include "dissect/linear.hpp"
+#include "dissect/lora_adapter.hpp"
 #include "dissect/module.hpp"
 
 namespace dissect {

@@ -24,7 +24,7 @@
 #include "dissect/io/checkpoint.hpp"
 #include "dissect/io/safetensors.hpp"
 #include "dissect/io/state_dict.hpp"
-#include "dissect/quant/quantize.hpp"
+#include "dissect/transforms/quantize.hpp"
 
 namespace dissect {
 

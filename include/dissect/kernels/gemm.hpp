@@ -5,21 +5,22 @@
 // products of kernels.hpp (y = x·Wᵀ + b, dx = dy·W, dW += dyᵀ·x) run through the same driver with
 // W, Wᵀ or xᵀ packed block by block into a per-thread workspace that is allocated once, so their
 // speed does not depend on what else the process allocates (Eigen allocates its packing buffer
-// on every call). The path follows quant/kernel_path.hpp: the same CPU detection and the same
+// on every call). The path follows kernels/cpu_dispatch.hpp: the same CPU detection and the same
 // pin (force_kernel_path) for tests and benchmarks.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
+#define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/error.hpp"
+#include "dissect/kernels/cpu_dispatch.hpp"
 #include "dissect/kernels/detail/gemm_avx2.hpp"
 #include "dissect/kernels/detail/gemm_avx512.hpp"
 #include "dissect/kernels/detail/gemm_driver.hpp"
 #include "dissect/kernels/detail/gemm_portable.hpp"
 #include "dissect/kernels/epilogue.hpp"
 #include "dissect/kernels/packed_weight.hpp"
-#include "dissect/quant/kernel_path.hpp"
 #include "dissect/shape.hpp"
 
 #ifdef _OPENMP
@@ -34,7 +35,7 @@ namespace dissect {
 /// path (a pinned avx512_vnni or avx512_bf16 runs avx512, which both imply); otherwise avx512,
 /// avx2 or scalar, the best this CPU supports. "scalar" means the portable C++ kernels for
 /// packed_matmul and Eigen for the training products.
-quant::KernelPath gemm_kernel_path();
+KernelPath gemm_kernel_path();
 
 /// y [m, N] (row n of y at y + i·ldy) = epilogue(x·Wᵀ), x [m, K] at row stride ldx, W packed.
 /// threads = 0 picks the count (OpenMP's, capped so each thread has work; 1 without OpenMP or
@@ -52,21 +53,20 @@ namespace kernels::detail {
 int gemm_threads(const GemmCall& call, int requested);
 
 /// Runs `call` (checked by its caller) on `path` with `threads` threads.
-void run_gemm_on(const GemmCall& call, quant::KernelPath path, int threads);
+void run_gemm_on(const GemmCall& call, KernelPath path, int threads);
 
 }  // namespace kernels::detail
 
 // ---- implementation -----------------------------------------------------------------------------
 
-inline quant::KernelPath gemm_kernel_path() {
-  using quant::KernelPath;
-  if (const auto forced = quant::forced_kernel_path()) {
+inline KernelPath gemm_kernel_path() {
+  if (const auto forced = forced_kernel_path()) {
     return *forced == KernelPath::avx512_vnni || *forced == KernelPath::avx512_bf16
                ? KernelPath::avx512
                : *forced;
   }
-  if (quant::cpu_supports(KernelPath::avx512)) return KernelPath::avx512;
-  if (quant::cpu_supports(KernelPath::avx2)) return KernelPath::avx2;
+  if (cpu_supports(KernelPath::avx512)) return KernelPath::avx512;
+  if (cpu_supports(KernelPath::avx2)) return KernelPath::avx2;
   return KernelPath::scalar;
 }
 
@@ -114,15 +114,15 @@ void run_threads(const GemmCall& call, int threads) {
   }
 }
 
-inline void run_gemm_on(const GemmCall& call, quant::KernelPath path, int threads) {
+inline void run_gemm_on(const GemmCall& call, KernelPath path, int threads) {
   if (call.m == 0 || call.n == 0) return;
   switch (path) {
 #if DISSECT_X86
-    case quant::KernelPath::avx512:
-    case quant::KernelPath::avx512_vnni:
-    case quant::KernelPath::avx512_bf16:
+    case KernelPath::avx512:
+    case KernelPath::avx512_vnni:
+    case KernelPath::avx512_bf16:
       return run_threads<Avx512Gemm>(call, threads);
-    case quant::KernelPath::avx2:
+    case KernelPath::avx2:
       return run_threads<Avx2Gemm>(call, threads);
 #endif
     default:

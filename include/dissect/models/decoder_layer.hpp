@@ -16,8 +16,12 @@
 #include <vector>
 
 #include "dissect/attention.hpp"
-#include "dissect/blocks.hpp"
+#include "dissect/blocks/attention_output.hpp"
+#include "dissect/blocks/feed_forward.hpp"
+#include "dissect/blocks/gated_feed_forward.hpp"
+#include "dissect/blocks/qkv_projection.hpp"
 #include "dissect/config.hpp"
+#include "dissect/forward_stages.hpp"
 #include "dissect/kv_cache.hpp"
 #include "dissect/models/styles.hpp"
 #include "dissect/module.hpp"
@@ -145,8 +149,9 @@ using LlamaDecoderLayer = DecoderLayer<Scalar, llama_style>;
 namespace detail {
 
 template <std::size_t Rank>
-void trace_stage(ShapeTrace* trace, const char* stage, const Shape<Rank>& shape) {
-  if (trace) trace->push_back({stage, std::vector<index_t>(shape.begin(), shape.end())});
+void trace_stage(ShapeTrace* trace, std::string_view stage, const Shape<Rank>& shape) {
+  if (trace)
+    trace->push_back({std::string(stage), std::vector<index_t>(shape.begin(), shape.end())});
 }
 
 /// The attention stages of a trace: QKV projection (q's features before the split), head split,
@@ -155,11 +160,11 @@ template <class Scalar>
 void trace_attention(ShapeTrace* trace, const QKV<Scalar>& qkv, index_t keys) {
   if (!trace) return;
   const auto& q = qkv.q.shape();
-  trace_stage(trace, "QKV projection", Shape<3>{q[0], q[2], q[1] * q[3]});
-  trace_stage(trace, "head split", q);
-  trace_stage(trace, "scores", Shape<4>{q[0], q[1], q[2], keys});
-  trace_stage(trace, "softmax", Shape<4>{q[0], q[1], q[2], keys});
-  trace_stage(trace, "weighted sum", q);
+  trace_stage(trace, stage::qkv_projection, Shape<3>{q[0], q[2], q[1] * q[3]});
+  trace_stage(trace, stage::head_split, q);
+  trace_stage(trace, stage::scores, Shape<4>{q[0], q[1], q[2], keys});
+  trace_stage(trace, stage::softmax, Shape<4>{q[0], q[1], q[2], keys});
+  trace_stage(trace, stage::weighted_sum, q);
 }
 
 template <class Scalar>
@@ -211,11 +216,11 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::forward(ConstTensorView<Scalar, 3
   cache.attended = causal_attention(cache.qkv.q, cache.qkv.k, cache.qkv.v, cache.attention);
   detail::trace_attention(trace, cache.qkv, cache.qkv.k.dim(2));
   cache.residual = proj_.forward(cache.attended);
-  detail::trace_stage(trace, "head merge + W_O", cache.residual.shape());
+  detail::trace_stage(trace, stage::head_merge, cache.residual.shape());
   detail::add_into<Scalar>(cache.residual, x);
   cache.normed2 = norm2_.forward(cache.residual, cache.norm2);
   auto y = ffn_.forward(cache.normed2, cache.ffn);
-  detail::trace_stage(trace, "FFN", y.shape());
+  detail::trace_stage(trace, stage::ffn, y.shape());
   detail::add_into<Scalar>(y, cache.residual);
   return y;
 }
@@ -245,9 +250,9 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::finish(ConstTensorView<Scalar, 3>
                                                       ConstTensorView<Scalar, 4> attended,
                                                       ShapeTrace* trace) const {
   const auto attention_out = proj_.forward(attended, x);  // the residual add fused when packed
-  detail::trace_stage(trace, "head merge + W_O", attention_out.shape());
+  detail::trace_stage(trace, stage::head_merge, attention_out.shape());
   auto y = ffn_.forward(norm2_.forward(attention_out), attention_out);
-  detail::trace_stage(trace, "FFN", y.shape());
+  detail::trace_stage(trace, stage::ffn, y.shape());
   return y;
 }
 
@@ -264,9 +269,9 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::infer(ConstTensorView<Scalar, 3> 
     kv->write(layer, qkv.k, qkv.v);
     const index_t keys = offset + qkv.q.dim(2);
     detail::trace_attention(trace, qkv, keys);
-    detail::online_causal_attention<Scalar>(detail::heads_of(qkv.q.cview()), kv->keys(layer, keys),
-                                            kv->values(layer, keys),
-                                            detail::heads_of(attended.view()), x.dim(0));
+    causal_attention_heads_into<Scalar>(heads_of(qkv.q.cview()), kv->keys(layer, keys),
+                                        kv->values(layer, keys), heads_of(attended.view()),
+                                        x.dim(0));
   } else {
     detail::trace_attention(trace, qkv, qkv.k.dim(2));
     causal_attention_into(qkv.q, qkv.k, qkv.v, attended);

@@ -28,6 +28,7 @@
 #include "dissect/models/decoder_layer.hpp"
 #include "dissect/module.hpp"
 #include "dissect/rope.hpp"
+#include "dissect/sequential.hpp"
 
 namespace dissect {
 
@@ -280,7 +281,7 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::logits_of(ConstTensorView<Scalar,
                            head_weight().matrix(), std::nullopt,
                            logits.view().reshape(Shape<2>{-1, config_.vocab}).matrix());
   }
-  detail::trace_stage(trace, "logits", logits.shape());
+  detail::trace_stage(trace, stage::logits, logits.shape());
   return logits;
 }
 
@@ -288,8 +289,8 @@ template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens, ShapeTrace* trace) const {
   check_tokens(detail::concat(Style.model_name, "::forward"), tokens, 0);
   auto x = embed(tokens, 0);
-  detail::trace_stage(trace, "token ids", Shape<2>{tokens.batch, tokens.seq});
-  detail::trace_stage(trace, "embedding", x.shape());
+  detail::trace_stage(trace, stage::token_ids, Shape<2>{tokens.batch, tokens.seq});
+  detail::trace_stage(trace, stage::embedding, x.shape());
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     x = layers_.at(i).infer(x, rope(), nullptr, 0, i == 0 ? trace : nullptr);
   }
@@ -315,8 +316,8 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens, Cache&
                                                        ShapeTrace* trace) const {
   check_tokens(detail::concat(Style.model_name, "::forward"), tokens, 0);
   cache.embedded = embed(tokens, 0);
-  detail::trace_stage(trace, "token ids", Shape<2>{tokens.batch, tokens.seq});
-  detail::trace_stage(trace, "embedding", cache.embedded.shape());
+  detail::trace_stage(trace, stage::token_ids, Shape<2>{tokens.batch, tokens.seq});
+  detail::trace_stage(trace, stage::embedding, cache.embedded.shape());
   cache.outputs.resize(layers_.size());
   cache.layers.resize(layers_.size());
   ConstTensorView<Scalar, 3> x = cache.embedded;

@@ -12,9 +12,13 @@
 #include <array>
 #include <string_view>
 
+#define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/activation.hpp"
 #include "dissect/attention.hpp"
-#include "dissect/blocks.hpp"
+#include "dissect/blocks/attention_output.hpp"
+#include "dissect/blocks/feed_forward.hpp"
+#include "dissect/blocks/gated_feed_forward.hpp"
+#include "dissect/blocks/qkv_projection.hpp"
 #include "dissect/detail/heads.hpp"
 #include "dissect/error.hpp"
 #include "dissect/module.hpp"

@@ -26,7 +26,6 @@
 
 #include "dissect/config.hpp"
 #include "dissect/error.hpp"
-#include "dissect/io/detail/stored_dtype.hpp"
 #include "dissect/io/safetensors.hpp"
 #include "dissect/models/decoder_layer.hpp"
 #include "dissect/module.hpp"
@@ -280,21 +279,18 @@ class SliceReader {
   template <class Scalar>
   void rows(std::string_view local, const std::vector<index_t>& shape, index_t first, index_t count,
             Scalar* target) const {
-    const Entry entry = find(local, shape);
+    const std::string full = check(local, shape);
     const index_t row = shape.size() > 1 ? shape[1] : 1;
-    dissect::detail::decode_values(entry.bytes + first * row * entry.element, entry.kind,
-                                   count * row, target);
+    load_block_into(file_, full, first, count, 0, row, TensorView<Scalar, 2>(target, {count, row}));
   }
 
   /// Columns [first, first + count) of the [out, in] tensor `local` into `target` [out, count].
   template <class Scalar>
   void columns(std::string_view local, const std::vector<index_t>& shape, index_t first,
                index_t count, Scalar* target) const {
-    const Entry entry = find(local, shape);
-    for (index_t r = 0; r < shape[0]; ++r) {
-      dissect::detail::decode_values(entry.bytes + (r * shape[1] + first) * entry.element,
-                                     entry.kind, count, target + r * count);
-    }
+    const std::string full = check(local, shape);
+    load_block_into(file_, full, 0, shape[0], first, count,
+                    TensorView<Scalar, 2>(target, {shape[0], count}));
   }
 
   /// The whole of tensor `local` into a module's parameter view.
@@ -304,22 +300,16 @@ class SliceReader {
   }
 
  private:
-  struct Entry {
-    const std::byte* bytes;
-    index_t element;
-    dissect::detail::StoredKind kind;
-  };
-
-  Entry find(std::string_view local, const std::vector<index_t>& shape) const {
-    const std::string full = name(local);
+  /// The full name of `local`, after checking that its shape is what the config needs.
+  std::string check(std::string_view local, const std::vector<index_t>& shape) const {
+    std::string full = name(local);
     const TensorInfo& info = file_.info(full);  // Error naming the file if missing
-    const auto kind = dissect::detail::readable_kind(info, "load_parallel_layer", file_.path());
     if (info.shape != shape) {
       throw ShapeError(dissect::detail::concat(
           "load_parallel_layer: tensor \"", full, "\" in ", file_.path().string(), " has shape ",
           format_shape(info.shape), ", the config needs ", format_shape(shape)));
     }
-    return {file_.bytes(full).data(), dissect::detail::find_stored_dtype(info.dtype)->bytes, kind};
+    return full;
   }
 
   const SafetensorsFile& file_;

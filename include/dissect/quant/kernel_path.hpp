@@ -1,60 +1,33 @@
-// dissect/quant/kernel_path.hpp — which SIMD code path the low-precision matmul kernels run.
+// dissect/quant/kernel_path.hpp — which SIMD code path the low-precision matmul kernels run for a
+// weight format.
 //
-// Programs are built for plain x86-64, so the kernels carry their own instruction-set targets
-// and this header picks one at run time from what the CPU (and the OS, for the AVX-512 register
-// state) supports. Tests and benchmarks can pin a path for the whole process with
-// force_kernel_path; everything else asks active_kernel_path.
+// The paths and the CPU detection are the kernels' (kernels/cpu_dispatch.hpp); this header adds
+// what depends on the format: which paths have a kernel for it, and the fastest one at a given
+// number of activation rows. Everything that runs a quantised product asks active_kernel_path.
 #pragma once
 
-#include <array>
-#include <atomic>
-#include <optional>
-#include <string_view>
-#include <vector>
-
-#include "dissect/detail/enum_check.hpp"
-#include "dissect/error.hpp"
+#include "dissect/kernels/cpu_dispatch.hpp"
 #include "dissect/quant/format.hpp"
 #include "dissect/shape.hpp"
 
 namespace dissect::quant {
 
-/// The code paths, from portable to most specialised. Each AVX-512 path implies avx512.
-enum class KernelPath {
-  scalar,       ///< plain loops, double accumulation: the oracle the tests compare against
-  avx2,         ///< AVX2 + FMA + F16C: weights widened to fp32, fp32 activations
-  avx512,       ///< AVX-512 F/BW/VL: weights widened to fp32, fp32 activations
-  avx512_vnni,  ///< int8 / q4_0: activations quantised to int8 per 32, integer dot products
-  avx512_bf16,  ///< bf16: activations rounded to bf16, bf16 dot products
-};
-
-/// The weight formats (quant/format.hpp) are the library's; the kernels name them unqualified.
+/// The weight formats (quant/format.hpp) and the code paths (kernels/cpu_dispatch.hpp) are the
+/// library's; the quantised kernels name them unqualified. The path names were quant::'s before
+/// the dispatch moved to kernels/, and stay reachable as such.
+using dissect::cpu_supports;
+using dissect::force_kernel_path;
+using dissect::forced_kernel_path;
+using dissect::kernel_path_name;
+using dissect::KernelPath;
+using dissect::supported_kernel_paths;
 using dissect::weight_format_name;
 using dissect::WeightFormat;
 
 // ---- declarations -------------------------------------------------------------------------------
 
-/// "avx512_vnni"; "unknown" for a value outside the enum.
-constexpr std::string_view kernel_path_name(KernelPath path);
-
-/// Whether this CPU and OS can run `path`: scalar always; avx2 = AVX2 + FMA + F16C; avx512 =
-/// AVX-512 F, BW, VL + AVX2, FMA, F16C; avx512_vnni and avx512_bf16 add their extension.
-/// @throws ConfigError for a value outside the enum.
-bool cpu_supports(KernelPath path);
-
-/// Every path cpu_supports, in enum order (scalar first).
-std::vector<KernelPath> supported_kernel_paths();
-
 /// Whether `path` has a kernel for `format`: vnni is for int8 and q4_0, bf16 for bf16 only.
 constexpr bool path_applies(KernelPath path, WeightFormat format);
-
-/// Pins every later dispatch in the process to `path` (nullopt: back to automatic choice).
-/// Thread-safe. @throws ConfigError for a value outside the enum; Error naming the path when
-/// the CPU lacks it. Either way nothing changes.
-void force_kernel_path(std::optional<KernelPath> path);
-
-/// The pinned path, if any.
-std::optional<KernelPath> forced_kernel_path();
 
 /// The fastest supported path for `format` at `m` activation rows, ignoring any pin.
 KernelPath best_kernel_path(WeightFormat format, index_t m);
@@ -73,86 +46,6 @@ inline constexpr index_t bf16_dot_min_rows = 33;
 
 // ---- implementation -----------------------------------------------------------------------------
 
-namespace detail {
-
-inline constexpr std::array<std::string_view, 5> kernel_path_names = {"scalar", "avx2", "avx512",
-                                                                      "avx512_vnni", "avx512_bf16"};
-
-struct CpuFeatures {
-  bool avx2 = false, fma = false, f16c = false;
-  bool avx512f = false, avx512bw = false, avx512vl = false;
-  bool avx512vnni = false, avx512bf16 = false;
-};
-
-/// GCC (since 12 for avx512vnni/avx512bf16) and Clang answer __builtin_cpu_supports from CPUID
-/// and report AVX and AVX-512 features only when XGETBV shows the OS saves the ymm / zmm state
-/// (libgcc's and compiler-rt's cpuinfo check XCR0 first), so no separate OS check is needed.
-inline CpuFeatures detect_cpu() {
-  CpuFeatures f;
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-  __builtin_cpu_init();
-  f.avx2 = __builtin_cpu_supports("avx2");
-  f.fma = __builtin_cpu_supports("fma");
-  f.f16c = __builtin_cpu_supports("f16c");
-  f.avx512f = __builtin_cpu_supports("avx512f");
-  f.avx512bw = __builtin_cpu_supports("avx512bw");
-  f.avx512vl = __builtin_cpu_supports("avx512vl");
-  f.avx512vnni = __builtin_cpu_supports("avx512vnni");
-  f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
-#endif
-  return f;
-}
-
-inline const CpuFeatures& cpu_features() {
-  static const CpuFeatures features = detect_cpu();
-  return features;
-}
-
-inline KernelPath check_path(std::string_view op, KernelPath path) {
-  return dissect::detail::check_enum(op, "KernelPath", path, kernel_path_names);
-}
-
-/// -1: nothing pinned; otherwise the KernelPath's value. One slot for the whole program (an
-/// inline function's static is shared by every translation unit).
-inline std::atomic<int>& forced_path_slot() {
-  static std::atomic<int> slot{-1};
-  return slot;
-}
-
-}  // namespace detail
-
-constexpr std::string_view kernel_path_name(KernelPath path) {
-  return dissect::detail::enum_name(path, detail::kernel_path_names);
-}
-
-inline bool cpu_supports(KernelPath path) {
-  const auto& f = detail::cpu_features();
-  const bool avx2 = f.avx2 && f.fma && f.f16c;
-  const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl;
-  switch (detail::check_path("cpu_supports", path)) {
-    case KernelPath::scalar:
-      return true;
-    case KernelPath::avx2:
-      return avx2;
-    case KernelPath::avx512:
-      return avx512;
-    case KernelPath::avx512_vnni:
-      return avx512 && f.avx512vnni;
-    case KernelPath::avx512_bf16:
-      return avx512 && f.avx512bf16;
-  }
-  return false;
-}
-
-inline std::vector<KernelPath> supported_kernel_paths() {
-  std::vector<KernelPath> paths;
-  for (std::size_t i = 0; i < detail::kernel_path_names.size(); ++i) {
-    const auto path = static_cast<KernelPath>(i);
-    if (cpu_supports(path)) paths.push_back(path);
-  }
-  return paths;
-}
-
 constexpr bool path_applies(KernelPath path, WeightFormat format) {
   switch (path) {
     case KernelPath::avx512_vnni:
@@ -162,23 +55,6 @@ constexpr bool path_applies(KernelPath path, WeightFormat format) {
     default:
       return true;
   }
-}
-
-inline void force_kernel_path(std::optional<KernelPath> path) {
-  if (path) {
-    detail::check_path("force_kernel_path", *path);
-    if (!cpu_supports(*path)) {
-      throw Error(dissect::detail::concat("force_kernel_path: this CPU cannot run the ",
-                                          kernel_path_name(*path), " path"));
-    }
-  }
-  detail::forced_path_slot().store(path ? static_cast<int>(*path) : -1, std::memory_order_release);
-}
-
-inline std::optional<KernelPath> forced_kernel_path() {
-  const int raw = detail::forced_path_slot().load(std::memory_order_acquire);
-  if (raw < 0) return std::nullopt;
-  return static_cast<KernelPath>(raw);
 }
 
 inline KernelPath best_kernel_path(WeightFormat format, index_t m) {

@@ -21,7 +21,8 @@
 // Every format refuses an empty matrix and a non-finite weight (naming the row and column), and a
 // scale that does not fit its own type (a bf16 that rounds to ±Inf, an fp16 block scale beyond
 // 65504): quantising must never turn a finite model into Inf or NaN. The stored bytes are the
-// kernels' layout (quant/detail/quant_kernels.hpp) and the safetensors layout (io/quantized.hpp).
+// kernels' layout (quant/detail/quant_kernels.hpp) and the safetensors layout
+// (io/quantized_file.hpp).
 #pragma once
 
 #include <array>
@@ -32,9 +33,10 @@
 #include <string_view>
 #include <vector>
 
+#define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/detail/enum_check.hpp"
 #include "dissect/error.hpp"
-#include "dissect/io/half.hpp"
+#include "dissect/numeric/half.hpp"
 #include "dissect/quant/detail/quant_kernels.hpp"
 #include "dissect/quant/format.hpp"
 #include "dissect/shape.hpp"
@@ -45,7 +47,7 @@ namespace dissect {
 // ---- declarations -------------------------------------------------------------------------------
 
 /// Weights per block sharing a scale along in_features (int8: the whole row; bf16: none, 1).
-inline constexpr index_t q4_block = 32;
+inline constexpr index_t q4_block = dtype_info(Dtype::q4_0).block_elements;
 
 /// A weight matrix [rows = out_features, cols = in_features] in a low-precision format, with its
 /// scales. Immutable once built; copyable.

@@ -7,6 +7,11 @@
 // is the price of mmap, as in every mmap-based loader.
 #pragma once
 
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/io/detail/mapped_file.hpp is private to dissect: include dissect/io/checkpoint.hpp instead"
+#endif
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>

@@ -7,6 +7,11 @@
 // plain bytes.
 #pragma once
 
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/io/detail/stored_dtype.hpp is private to dissect: include dissect/io/safetensors.hpp instead"
+#endif
+
 #include <array>
 #include <bit>
 #include <cstddef>
@@ -15,7 +20,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "dissect/io/half.hpp"
+#include "dissect/numeric/half.hpp"
 #include "dissect/shape.hpp"
 
 namespace dissect::detail {

@@ -7,8 +7,13 @@
 // latency need ≥ 8-10 independent chains, which 12 give.
 #pragma once
 
-#include "dissect/detail/simd_targets.hpp"
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/kernels/detail/gemm_avx2.hpp is private to dissect: include dissect/kernels/gemm.hpp instead"
+#endif
+
 #include "dissect/kernels/detail/gemm_driver.hpp"
+#include "dissect/kernels/detail/simd_targets.hpp"
 #include "dissect/kernels/detail/vector_math_avx2.hpp"
 
 #if DISSECT_X86

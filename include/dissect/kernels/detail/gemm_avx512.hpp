@@ -8,8 +8,13 @@
 // batches (8) run without padding; other heights round up to the next.
 #pragma once
 
-#include "dissect/detail/simd_targets.hpp"
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/kernels/detail/gemm_avx512.hpp is private to dissect: include dissect/kernels/gemm.hpp instead"
+#endif
+
 #include "dissect/kernels/detail/gemm_driver.hpp"
+#include "dissect/kernels/detail/simd_targets.hpp"
 #include "dissect/kernels/detail/vector_math_avx512.hpp"
 
 #include <algorithm>

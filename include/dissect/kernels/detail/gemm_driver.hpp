@@ -14,6 +14,11 @@
 // MC × NC scratch).
 #pragma once
 
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/kernels/detail/gemm_driver.hpp is private to dissect: include dissect/kernels/gemm.hpp instead"
+#endif
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>

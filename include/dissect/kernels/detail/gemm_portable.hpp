@@ -7,6 +7,11 @@
 // scalar functions.
 #pragma once
 
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/kernels/detail/gemm_portable.hpp is private to dissect: include dissect/kernels/gemm.hpp instead"
+#endif
+
 #include "dissect/activation.hpp"
 #include "dissect/kernels/detail/gemm_driver.hpp"
 

@@ -8,8 +8,13 @@
 // dissect never does.
 #pragma once
 
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/kernels/detail/vector_math_avx2.hpp is private to dissect: include dissect/kernels/gemm.hpp instead"
+#endif
+
 #include "dissect/activation.hpp"
-#include "dissect/detail/simd_targets.hpp"
+#include "dissect/kernels/detail/simd_targets.hpp"
 #include "dissect/kernels/detail/vector_math_bounds.hpp"
 
 #if DISSECT_X86

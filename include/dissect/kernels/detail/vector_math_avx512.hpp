@@ -12,8 +12,13 @@
 // an error of up to 2⁻¹²⁶ that the bounds' floor (2⁻¹⁴⁹) does not cover.
 #pragma once
 
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/kernels/detail/vector_math_avx512.hpp is private to dissect: include dissect/kernels/gemm.hpp instead"
+#endif
+
 #include "dissect/activation.hpp"
-#include "dissect/detail/simd_targets.hpp"
+#include "dissect/kernels/detail/simd_targets.hpp"
 #include "dissect/kernels/detail/vector_math_bounds.hpp"
 
 #if DISSECT_X86

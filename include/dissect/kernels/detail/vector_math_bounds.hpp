@@ -7,6 +7,11 @@
 // a fused GEMM's test can use activation_bound(a) whichever path ran.
 #pragma once
 
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/kernels/detail/vector_math_bounds.hpp is private to dissect: include dissect/kernels/gemm.hpp instead"
+#endif
+
 #include "dissect/activation.hpp"
 
 namespace dissect::kernels::detail {

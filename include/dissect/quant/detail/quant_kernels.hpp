@@ -26,11 +26,16 @@
 //                 2⁻¹²⁶ per activation, weight and partial sum, negligible for any real layer.
 #pragma once
 
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/quant/detail/quant_kernels.hpp is private to dissect: include dissect/quant/weight_format.hpp instead"
+#endif
+
 #include <cstdint>
 #include <string_view>
 
 #include "dissect/error.hpp"
-#include "dissect/io/half.hpp"
+#include "dissect/numeric/half.hpp"
 #include "dissect/quant/detail/quant_kernels_avx2.hpp"
 #include "dissect/quant/detail/quant_kernels_avx512.hpp"
 #include "dissect/quant/detail/quant_tiles.hpp"
@@ -104,7 +109,8 @@ inline void check_call(WeightFormat format, KernelPath path, const void* weights
                        index_t m, const float* y, index_t ldy, int threads) {
   const std::string op = dissect::detail::concat("quantized_matmul(", weight_format_name(format),
                                                  ", ", kernel_path_name(path), ")");
-  dissect::detail::check_enum("quantized_matmul", "KernelPath", path, kernel_path_names);
+  dissect::detail::check_enum("quantized_matmul", "KernelPath", path,
+                              dissect::detail::kernel_path_names);
   const std::string shapes =
       dissect::detail::concat(" (x: [m, K] = [", m, ", ", K, "], ldx ", ldx, "; W: [N, K] = [", N,
                               ", ", K, "]; y ldy ", ldy, ")");

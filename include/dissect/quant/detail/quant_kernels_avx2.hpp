@@ -5,6 +5,11 @@
 // registers, fp32 activations, FMA; a K tail that does not fill a vector is summed in scalar.
 #pragma once
 
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/quant/detail/quant_kernels_avx2.hpp is private to dissect: include dissect/quant/weight_format.hpp instead"
+#endif
+
 #include <bit>
 
 #include "dissect/quant/detail/quant_tiles.hpp"

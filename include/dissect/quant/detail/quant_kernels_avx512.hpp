@@ -8,6 +8,11 @@
 // quant_tiles.hpp for how tiles are laid out and quant_kernels.hpp for the error bounds.
 #pragma once
 
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/quant/detail/quant_kernels_avx512.hpp is private to dissect: include dissect/quant/weight_format.hpp instead"
+#endif
+
 #include "dissect/quant/detail/quant_tiles.hpp"
 
 #if DISSECT_X86

@@ -6,6 +6,11 @@
 // rows and hands them to a path's micro-kernel.
 #pragma once
 
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/quant/detail/quant_tiles.hpp is private to dissect: include dissect/quant/weight_format.hpp instead"
+#endif
+
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -16,7 +21,7 @@
 #include <omp.h>
 #endif
 
-#include "dissect/detail/simd_targets.hpp"
+#include "dissect/kernels/detail/simd_targets.hpp"
 
 namespace dissect::quant::detail {
 

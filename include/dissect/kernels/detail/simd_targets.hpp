@@ -1,9 +1,15 @@
-// dissect/detail/simd_targets.hpp — private: the instruction-set targets of dissect's kernels.
+// dissect/kernels/detail/simd_targets.hpp — private: the instruction-set targets of dissect's
+// kernels.
 //
 // Programs using dissect are built for plain x86-64, so each SIMD kernel carries its own target
-// attribute and is chosen at run time (quant/kernel_path.hpp): a default-flags build still runs
+// attribute and is chosen at run time (kernels/cpu_dispatch.hpp): a default-flags build still runs
 // AVX-512 where the CPU has it. Off x86 (or off GCC/Clang) only the portable paths exist.
 #pragma once
+
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/kernels/detail/simd_targets.hpp is private to dissect: include dissect/kernels/gemm.hpp instead"
+#endif
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define DISSECT_X86 1
