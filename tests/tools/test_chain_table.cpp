@@ -38,6 +38,26 @@ TEST(TextTable, AlignsColumnsAndDropsTrailingBlanks) {
             "QKV projection  3,840\n");
 }
 
+// Huge figures widen their column and never touch the next one: a padded label keeps a blank
+// before its value even when the label is as wide as the padding or wider (issue 24).
+TEST(TextTable, HugeFiguresKeepColumnsApart) {
+  EXPECT_EQ(pad_right("per token at batch 9", 24), "per token at batch 9    ");
+  EXPECT_EQ(pad_right("exactly", 7), "exactly ");
+  EXPECT_EQ(pad_right("per token at batch 9223372036854775807", 24) + "1.04 ms",
+            "per token at batch 9223372036854775807 1.04 ms");
+  TextTable table({false, true, false});
+  table.add_row({"n", "parameters", "x"});
+  table.add_rule();
+  table.add_row(
+      {"layers 9223372036854775806–9223372036854775807", "9,223,372,036,854,775,807", "y"});
+  table.add_row({"a", "1", "z"});
+  EXPECT_EQ(table.render(),
+            "n                                                              parameters  x\n"
+            "----------------------------------------------  -------------------------  -\n"
+            "layers 9223372036854775806–9223372036854775807  9,223,372,036,854,775,807  y\n"
+            "a                                                                       1  z\n");
+}
+
 TEST(ChainTable, BlindSpotsAreListedUnderTheSteps) {
   // H = T = 3: the missing transpose passes the check, and the table says it is blind there.
   ShapeChain chain({{"B", 2}, {"T", 3}, {"D", 12}, {"H", 3}, {"d_k", 4}});

@@ -5,13 +5,17 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <vector>
+
 #include "support/tensor_testing.hpp"
 
 namespace dissect::tools {
 namespace {
 
 TEST(ParseDtype, CanonicalNamesRoundTrip) {
-  for (Dtype d : {Dtype::fp32, Dtype::fp16, Dtype::bf16, Dtype::fp8, Dtype::int8, Dtype::int4}) {
+  for (Dtype d : {Dtype::fp32, Dtype::fp16, Dtype::bf16, Dtype::fp8, Dtype::int8, Dtype::int4,
+                  Dtype::fp64, Dtype::q4_0}) {
     EXPECT_EQ(parse_dtype(dtype_name(d), "dtype"), d);  // names round-trip
   }
 }
@@ -113,6 +117,71 @@ TEST(ParseCount, BadCountsNameTheField) {
   EXPECT_THROW_WITH(parse_count("1e19", "--params"), ConfigError, "--params: \"1e19\" overflows");
   EXPECT_THROW_WITH(parse_count("99999999999999999999", "--params"), ConfigError,
                     "--params: \"99999999999999999999\" overflows int64");
+}
+
+// Identifiers (token ids, seeds, small counts like --top-k) are plain decimal integers: what
+// parse_count reads as a size ("6e1", "1k") is refused, 0 is valid, nothing wraps.
+TEST(ParseInteger, PlainDigitsOnly) {
+  EXPECT_EQ(parse_integer("0", "--top-k"), 0);
+  EXPECT_EQ(parse_integer("64", "--max-new-tokens"), 64);
+  EXPECT_EQ(parse_integer(" 007 ", "n"), 7);
+  EXPECT_EQ(parse_integer("9223372036854775807", "n"), 9'223'372'036'854'775'807);
+  EXPECT_EQ(parse_integer("5", "n", 1), 5);
+  for (const char* bad : {"6e1", "1k", "-1", "+5", "5.0", "", " ", "0x10", "5 5", "inf"}) {
+    EXPECT_THROW_WITH(parse_integer(bad, "--top-k"), ConfigError,
+                      concat("--top-k: \"", bad, "\" is not a plain decimal integer"));
+  }
+  EXPECT_THROW_WITH(parse_integer("9223372036854775808", "--top-k"), ConfigError,
+                    "--top-k: \"9223372036854775808\" overflows int64");
+  EXPECT_THROW_WITH(parse_integer("0", "--context", 1), ConfigError,
+                    "--context: must be >= 1 (got 0)");
+}
+
+TEST(ParseUint64, TheWholeRangeOfASeed) {
+  EXPECT_EQ(parse_uint64("0", "--seed"), 0u);
+  EXPECT_EQ(parse_uint64("18446744073709551615", "--seed"), 18'446'744'073'709'551'615u);
+  EXPECT_THROW_WITH(parse_uint64("18446744073709551616", "--seed"), ConfigError,
+                    "--seed: \"18446744073709551616\" is beyond 18446744073709551615");
+  for (const char* bad : {"-1", "+1", "1e3", "1k", "", "1.0", "-0"}) {
+    EXPECT_THROW_WITH(parse_uint64(bad, "--seed"), ConfigError,
+                      concat("--seed: \"", bad,
+                             "\" is not a plain decimal integer in [0, 18446744073709551615]"));
+  }
+}
+
+TEST(ParseTokenIds, ZeroIsAnIdAndEveryBadItemIsNamed) {
+  EXPECT_EQ(parse_token_ids("0", "--tokens"), std::vector<index_t>{0});
+  EXPECT_EQ(parse_token_ids("464,2068,0", "--tokens"), (std::vector<index_t>{464, 2068, 0}));
+  EXPECT_EQ(parse_token_ids(" 5, 17 ,3", "--tokens"), (std::vector<index_t>{5, 17, 3}));
+  EXPECT_EQ(parse_token_ids("96", "--tokens", 97), std::vector<index_t>{96});
+  EXPECT_THROW_WITH(parse_token_ids("5,6e1", "--tokens"), ConfigError,
+                    "--tokens: item 2 \"6e1\" is not a token id (a plain decimal integer >= 0)");
+  EXPECT_THROW_WITH(parse_token_ids("1k", "--tokens"), ConfigError,
+                    "--tokens: item 1 \"1k\" is not a token id");
+  EXPECT_THROW_WITH(parse_token_ids("1,2,-3", "--tokens"), ConfigError,
+                    "--tokens: item 3 \"-3\" is not a token id");
+  EXPECT_THROW_WITH(parse_token_ids("+3", "--tokens"), ConfigError,
+                    "--tokens: item 1 \"+3\" is not a token id");
+  EXPECT_THROW_WITH(parse_token_ids("", "--tokens"), ConfigError, "--tokens: item 1 is empty");
+  EXPECT_THROW_WITH(parse_token_ids("5,,3", "--tokens"), ConfigError, "--tokens: item 2 is empty");
+  EXPECT_THROW_WITH(parse_token_ids("5,", "--tokens"), ConfigError, "--tokens: item 2 is empty");
+  EXPECT_THROW_WITH(parse_token_ids("1,99999999999999999999", "--tokens"), ConfigError,
+                    "--tokens: item 2 \"99999999999999999999\" overflows int64");
+  EXPECT_THROW_WITH(parse_token_ids("1,97", "--tokens", 97), ConfigError,
+                    "--tokens: item 2 \"97\" is outside the model's vocabulary [0, 97)");
+}
+
+TEST(ParseNonNegativeReal, FiniteAndNotNegative) {
+  EXPECT_EQ(parse_non_negative_real("0", "--temperature"), 0.0);
+  EXPECT_EQ(parse_non_negative_real("0.8", "--temperature"), 0.8);
+  EXPECT_EQ(parse_non_negative_real("1e-3", "--temperature"), 1e-3);
+  EXPECT_FALSE(std::signbit(parse_non_negative_real("-0", "--temperature")));
+  EXPECT_THROW_WITH(parse_non_negative_real("-1", "--temperature"), ConfigError,
+                    "--temperature: must be finite and >= 0 (got \"-1\")");
+  for (const char* bad : {"nan", "inf", "1e400", "0.8x", "", "hot"}) {
+    EXPECT_THROW_WITH(parse_non_negative_real(bad, "--temperature"), ConfigError,
+                      concat("--temperature: cannot read \"", bad, "\" as a finite number"));
+  }
 }
 
 TEST(ParseFraction, PlainOrPercent) {

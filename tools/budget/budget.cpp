@@ -169,7 +169,7 @@ struct Model {
 };
 
 void require(bool present, std::string_view flag, std::string_view when) {
-  if (!present) throw ConfigError(dissect::detail::concat(flag, " is required ", when));
+  if (!present) throw ConfigError(dissect::concat(flag, " is required ", when));
 }
 
 dissect::TransformerConfig config_from(const Options& o) {
@@ -208,7 +208,7 @@ Model build_model(const Options& o) {
     require(c.n_heads > 0, "--heads", when);
     require(c.head_dim || c.d_model > 0, "--head-dim (or --d-model)", when);
     if (!c.head_dim && c.d_model % c.n_heads != 0) {
-      throw ConfigError(dissect::detail::concat("--d-model ", c.d_model,
+      throw ConfigError(dissect::concat("--d-model ", c.d_model,
                                                 " is not divisible by --heads ", c.n_heads));
     }
     model.size = {*o.params, c.n_layers, c.n_heads, c.kv_heads(), c.head_size()};
@@ -240,7 +240,7 @@ Model build_model(const Options& o) {
 /// so small that a time divided by it leaves the double range).
 void require_finite(double value, std::string_view flag, std::string_view what) {
   if (!std::isfinite(value)) {
-    throw ConfigError(dissect::detail::concat(flag, ": too small: the ", what, " is not finite (",
+    throw ConfigError(dissect::concat(flag, ": too small: the ", what, " is not finite (",
                                               value, " ms)"));
   }
 }
@@ -292,7 +292,7 @@ Report compute(const Options& o) {
       r.tensor_parallel =
           dissect::tensor_parallel_budget(b, r.model.d_model.value_or(0), *o.tensor_parallel);
     } catch (const ConfigError& error) {
-      throw ConfigError(dissect::detail::concat("--tensor-parallel: ", error.what()));
+      throw ConfigError(dissect::concat("--tensor-parallel: ", error.what()));
     }
   }
   // The only doubles that can leave the finite range come from the two rates.
@@ -465,7 +465,7 @@ std::string render_table(const Report& r) {
                                std::to_string(s.n_kv_heads) + ", " + std::to_string(s.head_dim));
 
   t.line("");
-  t.line(dissect::detail::concat("memory (weights ", dissect::dtype_name(b.inputs.weight_dtype),
+  t.line(dissect::concat("memory (weights ", dissect::dtype_name(b.inputs.weight_dtype),
                                  ", KV cache ", dissect::dtype_name(b.inputs.kv_dtype),
                                  ", T = ", b.inputs.context, ")"));
   t.bytes_row("weights", b.weights_bytes);
@@ -509,7 +509,7 @@ std::string render_table(const Report& r) {
   }
 
   t.line("");
-  t.line(dissect::detail::concat("prefill of T = ", b.inputs.context,
+  t.line(dissect::concat("prefill of T = ", b.inputs.context,
                                  " tokens (compute-bound; the forward pass's matrix products)"));
   // With a bare parameter count the matrix weights W are unknown: the count stands in for them.
   const std::string linear = b.linear_weights_exact ? "2·W·T" : "2·params·T";
@@ -531,7 +531,7 @@ std::string render_table(const Report& r) {
 
   if (const auto& tp = r.tensor_parallel) {
     t.line("");
-    t.line(dissect::detail::concat("tensor parallel over P = ", tp->ranks,
+    t.line(dissect::concat("tensor parallel over P = ", tp->ranks,
                                    " devices (Megatron: matrices and heads split)"));
     t.bytes_row("weights per device", tp->weights_bytes_per_device);
     t.bytes_row("KV cache per token per device", tp->kv_bytes_per_token_per_device);
@@ -543,7 +543,7 @@ std::string render_table(const Report& r) {
   }
 
   t.line("");
-  t.line(dissect::detail::concat("training with Adam (", dissect::dtype_name(b.inputs.weight_dtype),
+  t.line(dissect::concat("training with Adam (", dissect::dtype_name(b.inputs.weight_dtype),
                                  " weights and grads, fp32 master and moments; no activations)"));
   t.bytes_row("weights", b.training.weights);
   t.bytes_row("gradients", b.training.gradients);
@@ -587,7 +587,7 @@ int run(int argc, char** argv) {
   }
   if (const std::vector<std::string> extra = app.remaining(); !extra.empty()) {
     const bool is_flag = extra.front().starts_with("-");
-    throw ConfigError(dissect::detail::concat(
+    throw ConfigError(dissect::concat(
         is_flag ? "unknown flag \"" : "unexpected argument \"", extra.front(), "\""));
   }
   if (o.list_presets) return emit(render_presets());

@@ -65,7 +65,7 @@ inline std::optional<ByteVocab> ByteVocab::from_metadata(
   if (found == metadata.end()) return std::nullopt;
   const auto bad = [&] {
     return FormatError(
-        dissect::detail::concat(source, ": metadata \"", vocab_bytes_key,
+        dissect::concat(source, ": metadata \"", vocab_bytes_key,
                                 "\" must be a JSON array of distinct byte values 0 … 255"));
   };
   nlohmann::json json;

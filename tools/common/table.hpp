@@ -22,10 +22,12 @@ inline std::size_t display_width(std::string_view text) {
   }));
 }
 
-/// `text` followed by blanks up to `width` columns.
+/// `text` followed by blanks up to `width` columns, and by one blank at least when it is already
+/// `width` wide or wider: a label padded this way never runs into the value written after it,
+/// whatever the figures in it.
 inline std::string pad_right(std::string text, std::size_t width) {
   const std::size_t used = display_width(text);
-  if (used < width) text.append(width - used, ' ');
+  text.append(used < width ? width - used : 1, ' ');
   return text;
 }
 
@@ -35,7 +37,8 @@ inline std::string pad_left(const std::string& text, std::size_t width) {
   return used < width ? std::string(width - used, ' ') + text : text;
 }
 
-/// Rows of cells printed in columns two spaces apart, each column as wide as its widest cell.
+/// Rows of cells printed in columns two spaces apart, each column as wide as its widest cell:
+/// however wide a figure grows, its column grows with it and two blanks stay between columns.
 /// Lines carry no trailing blanks, which would make a table awkward to compare and to paste.
 class TextTable {
  public:
@@ -65,7 +68,9 @@ class TextTable {
                                                         : std::string();
         if (c) line += "  ";
         const bool right = c < right_aligned_.size() && right_aligned_[c];
-        line += right ? pad_left(cell, width[c]) : pad_right(cell, width[c]);
+        // Every column is as wide as its widest cell, and the separator keeps them apart.
+        const std::size_t blanks = width[c] - display_width(cell);
+        line += right ? std::string(blanks, ' ') + cell : cell + std::string(blanks, ' ');
       }
       line.erase(line.find_last_not_of(' ') + 1);
       out += line + '\n';

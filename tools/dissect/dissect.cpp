@@ -6,8 +6,14 @@
 //
 // CHECKPOINT is a .safetensors file, a sharded checkpoint's index .json, or a directory holding
 // either (with a Hugging Face config.json beside them, or a file dissect's save_model wrote,
-// whose metadata holds its config). All parsing, arithmetic and loading live in the library
-// (io/, count.hpp, budget.hpp, models/); this file reads flags and prints.
+// whose metadata holds its config): io/open_model.hpp's detect_checkpoint tells which, and
+// io/hf_names.hpp says what Hugging Face's tensor names mean. All parsing, arithmetic and
+// loading live in the library (io/, count.hpp, budget.hpp, models/); this file reads flags and
+// prints.
+// Every flag is read and checked before any file is opened (and what the model's config decides,
+// a token id against the vocabulary or the prompt's length against the context, before its weights
+// load), so a command that cannot run prints nothing on stdout. `inspect` reads any safetensors
+// file: without a config it lists the tensors and leaves out what it cannot infer.
 // Exit status: 0 ok; 2 bad input (a flag, a missing or corrupt file, a config dissect cannot
 // build); 1 anything else.
 #include <CLI/CLI.hpp>
@@ -15,23 +21,27 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "dissect/budget.hpp"
 #include "dissect/count.hpp"
 #include "dissect/io/checkpoint.hpp"
 #include "dissect/io/hf_config.hpp"
-#include "dissect/io/huggingface.hpp"
+#include "dissect/io/hf_names.hpp"
 #include "dissect/io/model_file.hpp"
+#include "dissect/io/open_model.hpp"
 #include "dissect/models/generate.hpp"
 #include "tools/common/byte_vocab.hpp"
 #include "tools/common/parse.hpp"
@@ -46,72 +56,24 @@ constexpr int exit_ok = 0;
 constexpr int exit_other = 1;
 constexpr int exit_bad_input = 2;
 
-// ---- a checkpoint and what it says about its model ----------------------------------------------
-
-struct Source {
-  dissect::Checkpoint checkpoint;
-  std::optional<dissect::HfConfig> model;  ///< family and config, when the files record them
-  bool hugging_face = false;               ///< config.json beside the weights: HF names and layouts
-  std::string config_source;               ///< where the config came from, for the report
-};
-
-Source open_source(const fs::path& path) {
-  Source source{dissect::Checkpoint(path), std::nullopt, false,
-                "none (no config.json, no metadata)"};
-  const fs::path folder = fs::is_directory(path) ? path : path.parent_path();
-  if (const fs::path config = folder / "config.json"; fs::exists(config)) {
-    source.model = dissect::read_hf_config(config);
-    source.hugging_face = true;
-    source.config_source = config.string();
-  } else if ((source.model = dissect::model_config_of(source.checkpoint))) {
-    source.config_source = "the file's metadata (dissect save_model)";
-  }
-  return source;
-}
-
 // ---- inspect ------------------------------------------------------------------------------------
 
 struct TensorRow {
   std::string name, dtype, group;
   std::vector<index_t> shape;
+  std::optional<index_t> layer;  ///< from "h.N." / "layers.N.", any index up to INT64_MAX
   index_t parameters = 1, bytes = 0;
   bool buffer = false;
   std::optional<std::pair<index_t, index_t>> linear;  ///< in, out of y = x·Wᵀ + b
   bool bias = false;
 };
 
-/// "h.3." / "layers.3." → 3: the layer a tensor belongs to.
-std::optional<index_t> layer_of(std::string_view name) {
-  for (std::string_view marker : {"h.", "layers."}) {
-    for (std::size_t at = name.find(marker); at != std::string_view::npos;
-         at = name.find(marker, at + 1)) {
-      if (at != 0 && name[at - 1] != '.') continue;
-      const char* first = name.data() + at + marker.size();
-      index_t layer = 0;
-      const auto [end, ec] = std::from_chars(first, name.data() + name.size(), layer);
-      if (ec == std::errc() && end < name.data() + name.size() && *end == '.') return layer;
-    }
-  }
-  return std::nullopt;
-}
-
-bool is_buffer(std::string_view name) {
-  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
-         name.ends_with("rotary_emb.inv_freq");
-}
-
-bool is_embedding(std::string_view name) {
-  return name.find("wte.") != std::string_view::npos ||
-         name.find("wpe.") != std::string_view::npos ||
-         name.find("embed_tokens.") != std::string_view::npos;
-}
-
-/// GPT-2's Conv1D projections store W as [in, out]; everything else as nn.Linear's [out, in].
-bool is_conv1d(std::string_view name) {
-  for (std::string_view part : {".c_attn.", ".c_proj.", ".c_fc."}) {
-    if (name.find(part) != std::string_view::npos) return true;
-  }
-  return false;
+/// Whether `name` is stored [in, out]: a GPT-2 Conv1D weight, but not a LoRA adapter's A or B on
+/// one (PEFT's lora_A and lora_B are nn.Linear layers, [out, in], whatever module they adapt).
+bool conv1d(std::string_view name) {
+  const bool adapter = name.find(".lora_A.") != std::string_view::npos ||
+                       name.find(".lora_B.") != std::string_view::npos;
+  return dissect::is_conv1d_weight(name) && !adapter;
 }
 
 std::vector<TensorRow> tensor_rows(const dissect::Checkpoint& checkpoint) {
@@ -124,16 +86,24 @@ std::vector<TensorRow> tensor_rows(const dissect::Checkpoint& checkpoint) {
     row.dtype = info.dtype;
     row.shape = info.shape;
     row.bytes = info.end - info.begin;
-    row.buffer = is_buffer(name);
-    for (index_t extent : info.shape) row.parameters *= extent;  // checked by the reader
-    if (const auto layer = layer_of(name)) {
-      row.group = dissect::detail::concat("layer ", *layer);
-    } else {
-      row.group = row.buffer ? "buffers" : is_embedding(name) ? "embeddings" : "final";
+    row.buffer = dissect::is_hf_buffer(name);
+    row.layer = dissect::layer_index_of(name);
+    // The reader checked that the byte size fits int64, so the element count does too.
+    for (index_t extent : info.shape) {
+      row.parameters = dissect::checked_mul(row.parameters, extent, "inspect: element count");
     }
-    if (info.shape.size() == 2 && !row.buffer && !is_embedding(name) && name.ends_with(".weight")) {
-      row.linear = is_conv1d(name) ? std::pair{info.shape[0], info.shape[1]}
-                                   : std::pair{info.shape[1], info.shape[0]};
+    if (row.layer) {
+      row.group = dissect::concat("layer ", *row.layer);
+    } else {
+      row.group = row.buffer                         ? "buffers"
+                  : dissect::is_embedding_name(name) ? "embeddings"
+                                                     : "final";
+    }
+    if (info.shape.size() == 2 && !row.buffer && !dissect::is_embedding_name(name) &&
+        (name == "weight" || name.ends_with(".weight"))) {
+      // GPT-2's Conv1D projections store W as [in, out]; everything else as nn.Linear's [out, in].
+      row.linear = conv1d(name) ? std::pair{info.shape[0], info.shape[1]}
+                                : std::pair{info.shape[1], info.shape[0]};
       const std::string bias = name.substr(0, name.size() - 6) + "bias";
       row.bias = std::binary_search(names.begin(), names.end(), bias);
     }
@@ -141,8 +111,8 @@ std::vector<TensorRow> tensor_rows(const dissect::Checkpoint& checkpoint) {
   }
   // Embeddings first, then layers in numeric order, then the rest.
   const auto rank = [](const TensorRow& row) {
+    if (row.layer) return std::pair<int, index_t>{1, *row.layer};
     if (row.group == "embeddings") return std::pair<int, index_t>{0, 0};
-    if (const auto layer = layer_of(row.name)) return std::pair<int, index_t>{1, *layer};
     return std::pair<int, index_t>{row.group == "final" ? 2 : 3, 0};
   };
   std::stable_sort(rows.begin(), rows.end(),
@@ -156,15 +126,14 @@ std::string shape_text(const std::vector<index_t>& shape) {
 
 std::string linear_text(const TensorRow& row) {
   if (!row.linear) return "-";
-  return dissect::detail::concat("[*, ", row.linear->first, "] → [*, ", row.linear->second, "]",
-                                 row.bias ? " + b" : "",
-                                 is_conv1d(row.name) ? "  (Conv1D [in, out])" : "");
+  return dissect::concat("[*, ", row.linear->first, "] → [*, ", row.linear->second, "]",
+                         row.bias ? " + b" : "", conv1d(row.name) ? "  (Conv1D [in, out])" : "");
 }
 
 /// A layer's rows with its index blanked out: equal signatures mean equal layers.
 std::string signature(const std::vector<const TensorRow*>& rows, index_t layer) {
   std::string text;
-  const std::string index = dissect::detail::concat(".", layer, ".");
+  const std::string index = dissect::concat(".", layer, ".");
   for (const TensorRow* row : rows) {
     std::string name = row->name;
     if (const auto at = name.find(index); at != std::string::npos)
@@ -180,6 +149,63 @@ dissect::Dtype dtype_of(const std::string& stored) {
   return dissect::Dtype::fp32;  // F32 (and F64, priced as the fp32 it loads as)
 }
 
+/// The tensors as a table, grouped by layer. Layers with the first layer's names, dtypes and
+/// shapes fold into one line per run, and a run holds only consecutive indices that are present:
+/// h.0, h.1, h.7 print layer 0 in full, then "layer 1 as layer 0" and "layer 7 as layer 0", each
+/// with the parameters of the layers it stands for.
+std::string layer_table(const std::vector<TensorRow>& rows,
+                        const std::map<index_t, std::vector<const TensorRow*>>& layers) {
+  dissect::tools::TextTable table({false, false, false, false, true, true, false});
+  table.add_row(
+      {"group", "tensor", "dtype", "shape", "parameters", "bytes", "linear: x → y = x·Wᵀ"});
+  table.add_rule();
+  std::set<index_t> repeats;
+  if (!layers.empty()) {
+    const auto& [first, first_rows] = *layers.begin();
+    const std::string first_signature = signature(first_rows, first);
+    for (const auto& [layer, layer_rows] : layers) {
+      if (layer != first && signature(layer_rows, layer) == first_signature) repeats.insert(layer);
+    }
+  }
+  const auto repeating = [&](const TensorRow& row) {
+    return row.layer && repeats.contains(*row.layer);
+  };
+  std::string group;
+  for (std::size_t i = 0; i < rows.size();) {
+    if (!repeating(rows[i])) {
+      const TensorRow& row = rows[i++];
+      table.add_row({row.group == group ? "" : row.group, row.name, row.dtype,
+                     shape_text(row.shape),
+                     row.buffer ? "(buffer)" : dissect::format_count(row.parameters),
+                     dissect::format_count(row.bytes), linear_text(row)});
+      group = row.group;
+      continue;
+    }
+    // Rows are sorted by layer: a run is the rows of repeating layers whose indices follow one
+    // another. Its parameters are those of its rows, never a product that could overflow.
+    const index_t first = *rows[i].layer;
+    index_t last = first, parameters = 0;
+    for (; i < rows.size() && repeating(rows[i]); ++i) {
+      const index_t layer = *rows[i].layer;
+      if (layer != last) {
+        if (last == std::numeric_limits<index_t>::max() || layer != last + 1) break;  // a gap
+        last = layer;
+      }
+      if (!rows[i].buffer) {
+        parameters = dissect::checked_add(parameters, rows[i].parameters, "inspect: a run");
+      }
+    }
+    const auto& [model_layer, model_rows] = *layers.begin();
+    table.add_row({first == last ? dissect::concat("layer ", first)
+                                 : dissect::concat("layers ", first, "–", last),
+                   dissect::concat("as layer ", model_layer, " (", model_rows.size(),
+                                   model_rows.size() == 1 ? " tensor each)" : " tensors each)"),
+                   "", "", dissect::format_count(parameters), "", ""});
+    group.clear();
+  }
+  return table.render();
+}
+
 struct InspectOptions {
   fs::path checkpoint;
   index_t memory = 24'000'000'000;
@@ -187,44 +213,84 @@ struct InspectOptions {
   bool json = false;
 };
 
-int inspect(const InspectOptions& o) {
-  const Source source = open_source(o.checkpoint);
-  const auto rows = tensor_rows(source.checkpoint);
-  index_t parameters = 0, bytes = 0, linear_weights = 0, linear_count = 0, max_layer = -1;
-  index_t width = 0;
+/// The parameter tensors' totals (buffers excluded), over the layers that are present.
+struct Totals {
+  index_t parameters = 0, bytes = 0, linear_weights = 0, linear_count = 0;
+  index_t buffers = 0;
+  index_t width = 0;  ///< D read from the token embedding, 0 if there is none
   std::map<std::string, index_t> dtype_bytes;
+};
+
+Totals totals_of(const std::vector<TensorRow>& rows) {
+  constexpr std::string_view what = "inspect: totals";
+  Totals t;
   for (const TensorRow& row : rows) {
-    if (row.buffer) continue;
-    parameters += row.parameters;
-    bytes += row.bytes;
-    dtype_bytes[row.dtype] += row.bytes;
-    if (row.linear) linear_weights += row.parameters, ++linear_count;
-    if (const auto layer = layer_of(row.name)) max_layer = std::max(max_layer, *layer);
-    if (is_embedding(row.name) && row.shape.size() == 2 && width == 0) width = row.shape[1];
+    if (row.buffer) {
+      ++t.buffers;
+      continue;
+    }
+    t.parameters = dissect::checked_add(t.parameters, row.parameters, what);
+    t.bytes = dissect::checked_add(t.bytes, row.bytes, what);
+    t.dtype_bytes[row.dtype] = dissect::checked_add(t.dtype_bytes[row.dtype], row.bytes, what);
+    if (row.linear) {
+      t.linear_weights = dissect::checked_add(t.linear_weights, row.parameters, what);
+      ++t.linear_count;
+    }
+    if (dissect::is_embedding_name(row.name) && row.shape.size() == 2 && t.width == 0) {
+      t.width = row.shape[1];
+    }
   }
-  const std::string main_dtype =
-      std::max_element(dtype_bytes.begin(), dtype_bytes.end(), [](auto& a, auto& b) {
-        return a.second < b.second;
-      })->first;
-  const index_t d_model = source.model ? source.model->config.d_model : width;
-  const index_t n_layers = source.model ? source.model->config.n_layers : max_layer + 1;
-  const auto approx = dissect::try_approx_parameters(d_model, n_layers);
+  return t;
+}
+
+/// The stored dtype holding most of the parameters' bytes; F32 when there are none.
+std::string main_dtype_of(const Totals& t) {
+  const auto most = std::max_element(t.dtype_bytes.begin(), t.dtype_bytes.end(),
+                                     [](auto& a, auto& b) { return a.second < b.second; });
+  return most == t.dtype_bytes.end() ? std::string("F32") : most->first;
+}
+
+int inspect(const InspectOptions& o) {
+  const dissect::DetectedCheckpoint source = dissect::detect_checkpoint(o.checkpoint);
+  const auto rows = tensor_rows(source.checkpoint);
+  const Totals totals = totals_of(rows);
+  // The layers present, by index: only these are counted, grouped and printed.
+  std::map<index_t, std::vector<const TensorRow*>> layers;
+  for (const TensorRow& row : rows) {
+    if (row.layer) layers[*row.layer].push_back(&row);
+  }
+  // D and L for 12·D²·L: the config's, else what the tensors show (D from the token embedding,
+  // L the layers present); without either, the estimate is left out.
+  const index_t d_model = source.model ? source.model->config.d_model : totals.width;
+  const auto n_layers =
+      source.model ? source.model->config.n_layers : static_cast<index_t>(layers.size());
+  std::optional<index_t> approx;
+  if (d_model > 0 && n_layers > 0) approx = dissect::try_approx_parameters(d_model, n_layers);
   std::optional<index_t> exact;
   std::optional<dissect::Budget> budget;
   if (source.model) {
     exact = dissect::count_parameters(source.model->config).total;
     dissect::BudgetInputs inputs;
-    inputs.weight_dtype = inputs.kv_dtype = dtype_of(main_dtype);
+    inputs.weight_dtype = inputs.kv_dtype = dtype_of(main_dtype_of(totals));
     inputs.context = o.context.value_or(source.model->config.context);
     inputs.memory_bytes = o.memory;
-    budget = dissect::compute_budget(source.model->config, inputs);
+    try {
+      budget = dissect::compute_budget(source.model->config, inputs);
+    } catch (const dissect::Error& error) {
+      // Everything else was checked; what is left is a size the flags asked for.
+      throw dissect::ConfigError(dissect::concat(
+          o.context ? dissect::concat("--context ", *o.context, ", --gpu-memory ", o.memory)
+                    : dissect::concat("--gpu-memory ", o.memory),
+          ": ", error.what()));
+    }
   }
 
   if (o.json) {
     nlohmann::ordered_json out;
     out["checkpoint"] = source.checkpoint.path().string();
+    out["kind"] = dissect::checkpoint_kind_name(source.kind);
     out["files"] = source.checkpoint.shards().size();
-    out["config_source"] = source.config_source;
+    out["config_source"] = source.config_source();
     if (source.model) {
       out["family"] = dissect::family_name(source.model->family);
       out["config"] = dissect::config_to_json(source.model->config);
@@ -240,10 +306,11 @@ int inspect(const InspectOptions& o) {
       }
       tensors.push_back(t);
     }
-    out["totals"] = {{"parameters", parameters},
-                     {"bytes", bytes},
-                     {"linear_layers", linear_count},
-                     {"linear_weights", linear_weights},
+    out["totals"] = {{"parameters", totals.parameters},
+                     {"bytes", totals.bytes},
+                     {"layers", layers.size()},
+                     {"linear_layers", totals.linear_count},
+                     {"linear_weights", totals.linear_weights},
                      {"approx_12_d2_l", approx ? nlohmann::ordered_json(*approx) : nullptr},
                      {"exact_from_config", exact ? nlohmann::ordered_json(*exact) : nullptr}};
     if (budget && budget->memory) {
@@ -258,101 +325,71 @@ int inspect(const InspectOptions& o) {
     return exit_ok;
   }
 
-  std::cout << "checkpoint  " << source.checkpoint.path().string() << " ("
-            << source.checkpoint.shards().size() << " file"
-            << (source.checkpoint.shards().size() == 1 ? "" : "s") << ", " << rows.size()
-            << " tensors)\n";
-  std::cout << "config      " << source.config_source << "\n";
+  // The whole report is built first and printed at once.
+  std::ostringstream report;
+  report << "checkpoint  " << source.checkpoint.path().string() << " ("
+         << source.checkpoint.shards().size() << " file"
+         << (source.checkpoint.shards().size() == 1 ? "" : "s") << ", " << rows.size() << " tensor"
+         << (rows.size() == 1 ? "" : "s") << ")\n";
+  report << "kind        " << dissect::checkpoint_kind_name(source.kind) << "\n";
+  report << "config      " << source.config_source() << "\n";
   if (source.model) {
     const auto& c = source.model->config;
-    std::cout << "model       " << dissect::family_name(source.model->family)
-              << ": D = " << c.d_model << ", L = " << c.n_layers << ", H = " << c.n_heads
-              << ", H_kv = " << c.kv_heads() << ", d_k = " << c.head_size() << ", F = " << c.d_ff
-              << ", V = " << c.vocab << ", context = " << c.context
-              << (c.tied_embeddings ? ", head tied to the embedding" : "") << "\n";
+    report << "model       " << dissect::family_name(source.model->family) << ": D = " << c.d_model
+           << ", L = " << c.n_layers << ", H = " << c.n_heads << ", H_kv = " << c.kv_heads()
+           << ", d_k = " << c.head_size() << ", F = " << c.d_ff << ", V = " << c.vocab
+           << ", context = " << c.context
+           << (c.tied_embeddings ? ", head tied to the embedding" : "") << "\n";
+  } else {
+    report << "model       none recorded: the tensors alone (no config count, no budget)\n";
   }
-  std::cout << "\n";
-  dissect::tools::TextTable table({false, false, false, false, true, true, false});
-  table.add_row(
-      {"group", "tensor", "dtype", "shape", "parameters", "bytes", "linear: x → y = x·Wᵀ"});
-  table.add_rule();
-  // Layers with the first layer's names, dtypes and shapes print as one line per run.
-  std::map<index_t, std::vector<const TensorRow*>> layers;
-  for (const TensorRow& row : rows) {
-    if (const auto layer = layer_of(row.name)) layers[*layer].push_back(&row);
+  report << "\n";
+  if (rows.empty()) {
+    report << "no tensors: the file holds "
+           << (source.checkpoint.metadata().empty() ? "nothing but an empty header"
+                                                    : "metadata only")
+           << "\n\n";
+  } else {
+    report << layer_table(rows, layers) << "\n";
   }
-  std::set<index_t> repeats;
-  if (!layers.empty()) {
-    const auto& [first, first_rows] = *layers.begin();
-    for (const auto& [layer, layer_rows] : layers) {
-      if (layer != first && signature(layer_rows, layer) == signature(first_rows, first)) {
-        repeats.insert(layer);
-      }
-    }
+  report << "parameters  " << dissect::format_count(totals.parameters) << " in "
+         << dissect::format_count(totals.bytes) << " bytes";
+  if (!rows.empty() && totals.buffers == static_cast<index_t>(rows.size())) {
+    report << " (no parameter tensors: buffers only)";
   }
-  const auto repeating = [&](const TensorRow& row) {
-    const auto layer = layer_of(row.name);
-    return layer && repeats.contains(*layer);
-  };
-  std::string group;
-  index_t run_start = -1;  // first layer of the current run of repeats
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const TensorRow& row = rows[i];
-    if (repeating(row)) {
-      const index_t layer = *layer_of(row.name);
-      if (run_start < 0) run_start = layer;
-      if (i + 1 == rows.size() || !repeating(rows[i + 1])) {
-        const auto& [first, first_rows] = *layers.begin();
-        index_t per_layer = 0;
-        for (const TensorRow* r : first_rows) per_layer += r->buffer ? 0 : r->parameters;
-        table.add_row(
-            {run_start == layer ? dissect::detail::concat("layer ", layer)
-                                : dissect::detail::concat("layers ", run_start, "–", layer),
-             dissect::detail::concat("as layer ", first, " (", first_rows.size(), " tensors each)"),
-             "", "", dissect::format_count(per_layer * (layer - run_start + 1)), "", ""});
-        run_start = -1;
-        group.clear();
-      }
-      continue;
-    }
-    table.add_row({row.group == group ? "" : row.group, row.name, row.dtype, shape_text(row.shape),
-                   row.buffer ? "(buffer)" : dissect::format_count(row.parameters),
-                   dissect::format_count(row.bytes), linear_text(row)});
-    group = row.group;
-  }
-  std::cout << table.render() << "\n";
-  std::cout << "parameters  " << dissect::format_count(parameters) << " in "
-            << dissect::format_count(bytes) << " bytes";
   if (exact) {
-    std::cout << "; the config's exact count: " << dissect::format_count(*exact)
-              << (*exact == parameters ? " (equal)" : " (DIFFERENT)");
+    report << "; the config's exact count: " << dissect::format_count(*exact)
+           << (*exact == totals.parameters ? " (equal)" : " (DIFFERENT)");
   }
-  std::cout << "\n";
+  report << "\n";
   if (approx) {
-    std::cout << "12·D²·L     " << dissect::format_count(*approx) << " (D = " << d_model
-              << ", L = " << n_layers
-              << "): the layers' matrices, no embeddings, biases or norms\n";
+    report << "12·D²·L     " << dissect::format_count(*approx) << " (D = " << d_model
+           << ", L = " << n_layers
+           << (source.model ? "" : dissect::concat(" layer", n_layers == 1 ? "" : "s", " present"))
+           << "): the layers' matrices, no embeddings, biases or norms\n";
   }
-  std::cout << "linear      " << linear_count << " matrices, "
-            << dissect::format_count(linear_weights) << " weights\n";
+  report << "linear      " << totals.linear_count << " matrices, "
+         << dissect::format_count(totals.linear_weights) << " weights\n";
   if (budget && budget->memory) {
     const auto& m = *budget->memory;
-    std::cout << "budget      " << dissect::format_count(m.memory_bytes) << " bytes of memory, "
-              << dissect::dtype_name(budget->inputs.weight_dtype) << " weights ("
-              << dissect::format_count(budget->weights_bytes) << " B) and KV cache, context "
-              << budget->inputs.context << ": "
-              << dissect::format_count(budget->kv_bytes_per_sequence) << " B of KV per sequence, "
-              << dissect::format_count(m.max_sequences) << " sequences fit\n";
+    report << "budget      " << dissect::format_count(m.memory_bytes) << " bytes of memory, "
+           << dissect::dtype_name(budget->inputs.weight_dtype) << " weights ("
+           << dissect::format_count(budget->weights_bytes) << " B) and KV cache, context "
+           << budget->inputs.context << ": " << dissect::format_count(budget->kv_bytes_per_sequence)
+           << " B of KV per sequence, " << dissect::format_count(m.max_sequences)
+           << " sequences fit\n";
   }
+  std::cout << report.str();
   return exit_ok;
 }
 
 // ---- generate -----------------------------------------------------------------------------------
 
+/// generate's flags, each already read and range-checked (run does it before any file opens).
 struct GenerateOptions {
   fs::path checkpoint;
   std::optional<std::string> prompt;
-  std::optional<std::string> tokens;
+  std::optional<std::string> tokens;  ///< as given; its syntax is checked, the vocabulary later
   index_t max_new_tokens = 64;
   double temperature = 0.8;
   index_t top_k = 0;
@@ -366,7 +403,7 @@ std::vector<index_t> encode(const dissect::tools::ByteVocab& vocab, const std::s
   for (std::size_t i = 0; i < text.size(); ++i) {
     const index_t id = vocab.id_of[static_cast<unsigned char>(text[i])];
     if (id < 0) {
-      throw dissect::ConfigError(dissect::detail::concat(
+      throw dissect::ConfigError(dissect::concat(
           "--prompt: byte ", i, " (", static_cast<int>(static_cast<unsigned char>(text[i])),
           ") is not in the model's vocabulary"));
     }
@@ -375,59 +412,47 @@ std::vector<index_t> encode(const dissect::tools::ByteVocab& vocab, const std::s
   return ids;
 }
 
-std::vector<index_t> parse_ids(const std::string& text) {
+/// The prompt's ids, checked against the model before it is loaded: every id inside the
+/// vocabulary, 1 to context of them. @throws ConfigError naming --prompt or --tokens.
+std::vector<index_t> prompt_ids(const GenerateOptions& o, const dissect::TransformerConfig& config,
+                                const std::optional<dissect::tools::ByteVocab>& vocab) {
   std::vector<index_t> ids;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    ids.push_back(dissect::tools::parse_count(std::string_view(text).substr(start, comma - start),
-                                              "--tokens"));
-    start = comma + 1;
-  }
-  return ids;
-}
-
-/// The model a source holds: Hugging Face names and layouts, or a save_model file (quantised
-/// layers included).
-template <class Model>
-Model load_source_model(const Source& source) {
-  const auto& recorded = *source.model;
-  Model model(recorded.config, {.seed = 0});
-  if (source.hugging_face) {
-    dissect::load_state_dict(model, dissect::HfCheckpointView(source.checkpoint, recorded));
-  } else {
-    dissect::load_module_quantized(model, source.checkpoint);
-  }
-  return model;
-}
-
-/// The source's model config, or ConfigError naming the command and the file.
-const dissect::HfConfig& require_model(const Source& source, std::string_view command) {
-  if (!source.model) {
-    throw dissect::ConfigError(dissect::detail::concat(
-        command, ": ", source.checkpoint.path().string(),
-        ": no model config (a Hugging Face config.json beside it, or a file from save_model)"));
-  }
-  return *source.model;
-}
-
-template <class Model>
-int run_generation(const Source& source, const GenerateOptions& o) {
-  const Model model = load_source_model<Model>(source);
-  const auto vocab = dissect::tools::ByteVocab::from_metadata(source.checkpoint.metadata(),
-                                                              source.checkpoint.path().string());
-  std::vector<index_t> prompt;
+  std::string_view flag = "--tokens";
   if (o.prompt) {
+    flag = "--prompt";
     if (!vocab) {
       throw dissect::ConfigError(
           "--prompt: this checkpoint carries no vocabulary (no tokenizer files can be fetched "
           "here); give token ids with --tokens");
     }
-    prompt = encode(*vocab, *o.prompt);
+    ids = encode(*vocab, *o.prompt);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] >= config.vocab) {
+        throw dissect::ConfigError(dissect::concat("--prompt: byte ", i, " has id ", ids[i],
+                                                   ", outside the model's vocabulary [0, ",
+                                                   config.vocab, ")"));
+      }
+    }
+  } else {
+    ids = dissect::tools::parse_token_ids(*o.tokens, "--tokens", config.vocab);
+  }
+  const auto length = static_cast<index_t>(ids.size());
+  if (length == 0) throw dissect::ConfigError(dissect::concat(flag, ": the prompt is empty"));
+  if (length > config.context) {
+    throw dissect::ConfigError(dissect::concat(
+        flag, ": ", length, " tokens; the model's context holds at most ", config.context));
+  }
+  return ids;
+}
+
+template <class Model>
+int run_generation(const Model& model, const std::vector<index_t>& prompt,
+                   const std::optional<dissect::tools::ByteVocab>& vocab,
+                   const GenerateOptions& o) {
+  if (o.prompt) {
     std::cout << *o.prompt;
   } else {
-    prompt = parse_ids(*o.tokens);
-    std::cout << *o.tokens;
+    for (std::size_t i = 0; i < prompt.size(); ++i) std::cout << (i ? "," : "") << prompt[i];
   }
   std::cout.flush();
   const dissect::GenerationOptions options{
@@ -451,28 +476,32 @@ int run_generation(const Source& source, const GenerateOptions& o) {
 }
 
 int generate(const GenerateOptions& o) {
-  const Source source = open_source(o.checkpoint);
-  return require_model(source, "generate").family == dissect::ModelFamily::gpt2
-             ? run_generation<dissect::GPT2Model<float>>(source, o)
-             : run_generation<dissect::LlamaModel<float>>(source, o);
+  const dissect::DetectedCheckpoint source = dissect::detect_checkpoint(o.checkpoint);
+  // Everything the model's config decides is checked before the weights load.
+  const dissect::HfConfig& recorded = source.require_model("generate");
+  const auto vocab = dissect::tools::ByteVocab::from_metadata(source.checkpoint.metadata(),
+                                                              source.checkpoint.path().string());
+  const std::vector<index_t> prompt = prompt_ids(o, recorded.config, vocab);
+  return dissect::visit_model(
+      source, [&](const auto& model) { return run_generation(model, prompt, vocab, o); },
+      "generate");
 }
 
 // ---- quantize -----------------------------------------------------------------------------------
 
 struct QuantizeOptions {
   fs::path input, output;
-  std::string format;
+  dissect::WeightFormat format = dissect::WeightFormat::int8;
 };
 
 template <class Model>
-int run_quantize(const Source& source, const QuantizeOptions& o) {
-  const auto format = dissect::weight_format_from_name(o.format);
-  Model model = load_source_model<Model>(source);
+int run_quantize(Model& model, const dissect::DetectedCheckpoint& source,
+                 dissect::WeightFormat format, const QuantizeOptions& o) {
   const auto float_bytes = dissect::linear_weight_bytes(model);
   const auto layers = dissect::quantize_model(model, format);
   // A dissect file's own metadata (a vocabulary, say) goes along; save_model rewrites the rest.
   std::map<std::string, std::string> metadata;
-  if (!source.hugging_face) {
+  if (source.kind != dissect::CheckpointKind::hugging_face) {
     metadata = source.checkpoint.metadata();
     metadata.erase(dissect::quantization_key);
   }
@@ -489,10 +518,9 @@ int run_quantize(const Source& source, const QuantizeOptions& o) {
 }
 
 int quantize(const QuantizeOptions& o) {
-  const Source source = open_source(o.input);
-  return require_model(source, "quantize").family == dissect::ModelFamily::gpt2
-             ? run_quantize<dissect::GPT2Model<float>>(source, o)
-             : run_quantize<dissect::LlamaModel<float>>(source, o);
+  const dissect::DetectedCheckpoint source = dissect::detect_checkpoint(o.input);
+  return dissect::visit_model(
+      source, [&](auto& model) { return run_quantize(model, source, o.format, o); }, "quantize");
 }
 
 // ---- main ---------------------------------------------------------------------------------------
@@ -504,6 +532,9 @@ int run(int argc, char** argv) {
       "Exit status: 0 ok; 2 bad input (a flag, a missing or corrupt file, a config dissect "
       "cannot build); 1 any other failure.");
 
+  // Values are read as text and parsed by tools/common/parse.hpp after the command line is
+  // read, and before any file is opened: every flag's error names it, and nothing is loaded or
+  // printed for a command that cannot run.
   InspectOptions inspect_options;
   auto* inspect_command = app.add_subcommand(
       "inspect", "every tensor grouped by layer, the linear layers' shapes, totals and a budget");
@@ -514,7 +545,8 @@ int run(int argc, char** argv) {
   std::string memory = "24GB";
   inspect_command->add_option("--gpu-memory", memory, "device memory for the budget (24GB, 80GiB)")
       ->capture_default_str();
-  inspect_command->add_option("--context", inspect_options.context,
+  std::optional<std::string> context;
+  inspect_command->add_option("--context", context,
                               "tokens per sequence in the KV cache (default: the model's context)");
   inspect_command->add_flag("--json", inspect_options.json, "machine-readable output");
 
@@ -527,16 +559,18 @@ int run(int argc, char** argv) {
       ->required();
   auto* prompt = generate_command->add_option(
       "--prompt", generate_options.prompt, "text (for a checkpoint with a character vocabulary)");
-  auto* tokens =
-      generate_command->add_option("--tokens", generate_options.tokens, "token ids: 464,2068,…");
+  auto* tokens = generate_command->add_option("--tokens", generate_options.tokens,
+                                              "token ids, plain decimal integers >= 0: 464,2068,…");
   prompt->excludes(tokens);
-  generate_command->add_option("--max-new-tokens", generate_options.max_new_tokens)
+  std::string max_new_tokens = "64", temperature = "0.8", top_k = "0", seed = "0";
+  generate_command->add_option("--max-new-tokens", max_new_tokens, "an integer >= 0")
       ->capture_default_str();
-  generate_command->add_option("--temperature", generate_options.temperature, "0: greedy")
+  generate_command->add_option("--temperature", temperature, ">= 0; 0: greedy")
       ->capture_default_str();
-  generate_command->add_option("--top-k", generate_options.top_k, "0: every token")
+  generate_command->add_option("--top-k", top_k, "an integer >= 0; 0: every token")
       ->capture_default_str();
-  generate_command->add_option("--seed", generate_options.seed)->capture_default_str();
+  generate_command->add_option("--seed", seed, "an integer in [0, 2^64 - 1]")
+      ->capture_default_str();
 
   QuantizeOptions quantize_options;
   auto* quantize_command = app.add_subcommand(
@@ -547,9 +581,8 @@ int run(int argc, char** argv) {
       ->required();
   quantize_command->add_option("output", quantize_options.output, "the .safetensors to write")
       ->required();
-  quantize_command
-      ->add_option("--format", quantize_options.format,
-                   "bf16, int8 or q4 (q4_0: in_features % 32 == 0)")
+  std::string format;
+  quantize_command->add_option("--format", format, "bf16, int8 or q4 (q4_0: in_features % 32 == 0)")
       ->required();
 
   // CLI11 would call an unknown word a missing subcommand; name it instead.
@@ -567,15 +600,38 @@ int run(int argc, char** argv) {
     std::cerr << "dissect: " << error.what() << "\n";
     return exit_bad_input;
   }
+  namespace tools = dissect::tools;
   if (inspect_command->parsed()) {
-    inspect_options.memory = dissect::tools::parse_bytes(memory, "--gpu-memory");
+    inspect_options.memory = tools::parse_bytes(memory, "--gpu-memory");
+    if (context) inspect_options.context = tools::parse_count(*context, "--context");
     return inspect(inspect_options);
   }
-  if (quantize_command->parsed()) return quantize(quantize_options);
-  if (!generate_options.prompt && !generate_options.tokens) {
+  if (quantize_command->parsed()) {
+    try {
+      quantize_options.format = dissect::weight_format_from_name(format);
+    } catch (const dissect::Error& error) {
+      throw dissect::ConfigError(dissect::concat("--format: ", error.what()));
+    }
+    std::error_code error;
+    const fs::path folder = fs::absolute(quantize_options.output, error).parent_path();
+    if (!fs::is_directory(folder, error)) {
+      throw dissect::ConfigError(dissect::concat("quantize: output ",
+                                                 quantize_options.output.string(), ": the folder ",
+                                                 folder.string(), " does not exist"));
+    }
+    return quantize(quantize_options);
+  }
+  GenerateOptions& g = generate_options;
+  if (!g.prompt && !g.tokens) {
     throw dissect::ConfigError("generate: give --prompt TEXT or --tokens IDS");
   }
-  return generate(generate_options);
+  if (g.tokens) (void)tools::parse_token_ids(*g.tokens, "--tokens");  // the vocabulary: later
+  if (g.prompt && g.prompt->empty()) throw dissect::ConfigError("--prompt: the prompt is empty");
+  g.max_new_tokens = tools::parse_integer(max_new_tokens, "--max-new-tokens");
+  g.temperature = tools::parse_non_negative_real(temperature, "--temperature");
+  g.top_k = tools::parse_integer(top_k, "--top-k");
+  g.seed = tools::parse_uint64(seed, "--seed");
+  return generate(g);
 }
 
 }  // namespace
