@@ -208,8 +208,8 @@ Model build_model(const Options& o) {
     require(c.n_heads > 0, "--heads", when);
     require(c.head_dim || c.d_model > 0, "--head-dim (or --d-model)", when);
     if (!c.head_dim && c.d_model % c.n_heads != 0) {
-      throw ConfigError(dissect::concat("--d-model ", c.d_model,
-                                                " is not divisible by --heads ", c.n_heads));
+      throw ConfigError(
+          dissect::concat("--d-model ", c.d_model, " is not divisible by --heads ", c.n_heads));
     }
     model.size = {*o.params, c.n_layers, c.n_heads, c.kv_heads(), c.head_size()};
     // Without D, assume H·d_k = D, as in every preset.
@@ -240,8 +240,8 @@ Model build_model(const Options& o) {
 /// so small that a time divided by it leaves the double range).
 void require_finite(double value, std::string_view flag, std::string_view what) {
   if (!std::isfinite(value)) {
-    throw ConfigError(dissect::concat(flag, ": too small: the ", what, " is not finite (",
-                                              value, " ms)"));
+    throw ConfigError(
+        dissect::concat(flag, ": too small: the ", what, " is not finite (", value, " ms)"));
   }
 }
 
@@ -466,8 +466,8 @@ std::string render_table(const Report& r) {
 
   t.line("");
   t.line(dissect::concat("memory (weights ", dissect::dtype_name(b.inputs.weight_dtype),
-                                 ", KV cache ", dissect::dtype_name(b.inputs.kv_dtype),
-                                 ", T = ", b.inputs.context, ")"));
+                         ", KV cache ", dissect::dtype_name(b.inputs.kv_dtype),
+                         ", T = ", b.inputs.context, ")"));
   t.bytes_row("weights", b.weights_bytes);
   t.bytes_row("KV cache per token", b.kv_bytes_per_token);
   t.bytes_row("KV cache per sequence", b.kv_bytes_per_sequence);
@@ -510,7 +510,7 @@ std::string render_table(const Report& r) {
 
   t.line("");
   t.line(dissect::concat("prefill of T = ", b.inputs.context,
-                                 " tokens (compute-bound; the forward pass's matrix products)"));
+                         " tokens (compute-bound; the forward pass's matrix products)"));
   // With a bare parameter count the matrix weights W are unknown: the count stands in for them.
   const std::string linear = b.linear_weights_exact ? "2·W·T" : "2·params·T";
   t.flops_row("linear " + linear, b.prefill_linear_flops);
@@ -532,7 +532,7 @@ std::string render_table(const Report& r) {
   if (const auto& tp = r.tensor_parallel) {
     t.line("");
     t.line(dissect::concat("tensor parallel over P = ", tp->ranks,
-                                   " devices (Megatron: matrices and heads split)"));
+                           " devices (Megatron: matrices and heads split)"));
     t.bytes_row("weights per device", tp->weights_bytes_per_device);
     t.bytes_row("KV cache per token per device", tp->kv_bytes_per_token_per_device);
     t.bytes_row("KV per sequence per device", tp->kv_bytes_per_sequence_per_device);
@@ -544,7 +544,7 @@ std::string render_table(const Report& r) {
 
   t.line("");
   t.line(dissect::concat("training with Adam (", dissect::dtype_name(b.inputs.weight_dtype),
-                                 " weights and grads, fp32 master and moments; no activations)"));
+                         " weights and grads, fp32 master and moments; no activations)"));
   t.bytes_row("weights", b.training.weights);
   t.bytes_row("gradients", b.training.gradients);
   t.bytes_row("fp32 master weights", b.training.master_weights);
@@ -587,8 +587,8 @@ int run(int argc, char** argv) {
   }
   if (const std::vector<std::string> extra = app.remaining(); !extra.empty()) {
     const bool is_flag = extra.front().starts_with("-");
-    throw ConfigError(dissect::concat(
-        is_flag ? "unknown flag \"" : "unexpected argument \"", extra.front(), "\""));
+    throw ConfigError(dissect::concat(is_flag ? "unknown flag \"" : "unexpected argument \"",
+                                      extra.front(), "\""));
   }
   if (o.list_presets) return emit(render_presets());
   const Report report = compute(o);

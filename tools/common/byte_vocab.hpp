@@ -64,9 +64,8 @@ inline std::optional<ByteVocab> ByteVocab::from_metadata(
   const auto found = metadata.find(vocab_bytes_key);
   if (found == metadata.end()) return std::nullopt;
   const auto bad = [&] {
-    return FormatError(
-        dissect::concat(source, ": metadata \"", vocab_bytes_key,
-                                "\" must be a JSON array of distinct byte values 0 … 255"));
+    return FormatError(dissect::concat(source, ": metadata \"", vocab_bytes_key,
+                                       "\" must be a JSON array of distinct byte values 0 … 255"));
   };
   nlohmann::json json;
   try {
