@@ -12,6 +12,9 @@ cmake_minimum_required(VERSION 3.21)
 if(NOT DEFINED INCLUDE_DIR)
   message(FATAL_ERROR "check_layers.cmake: INCLUDE_DIR is not set")
 endif()
+# A relative INCLUDE_DIR (-DINCLUDE_DIR=include) is taken from the working directory; left
+# relative, the glob below finds nothing and the check would pass without checking anything.
+get_filename_component(INCLUDE_DIR "${INCLUDE_DIR}" ABSOLUTE)
 
 # Lowest first. "umbrella" holds the headers that only gather others (dissect.hpp) and the
 # forwarding headers kept for one release after a move; they may include anything.
@@ -81,6 +84,9 @@ foreach(header IN LISTS headers)
 endforeach()
 
 list(LENGTH headers count)
+if(count EQUAL 0)
+  message(FATAL_ERROR "check_layers: no headers under ${INCLUDE_DIR}/dissect")
+endif()
 if(problems)
   message(FATAL_ERROR "check_layers: include order broken:\n${problems}")
 endif()

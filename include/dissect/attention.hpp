@@ -283,7 +283,7 @@ Tensor<scalar_of<Q>, 4> causal_attention(const Q& q, const K& k, const V& v,
   const index_t batch = qv.dim(0), heads = qv.dim(1), tokens = qv.dim(2), keys = kv.dim(2);
   const index_t group = heads / kv.dim(1), offset = keys - tokens;
   const Scalar scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(qv.dim(3))));
-  auto probs = detail::reuse_buffer(cache.probs, Shape<4>{batch, heads, tokens, keys});
+  auto probs = reuse_buffer(cache.probs, Shape<4>{batch, heads, tokens, keys});
   auto out = Tensor<Scalar, 4>::uninitialized(qv.shape());
   const auto qh = heads_of(qv), kh = heads_of(kv), vh = heads_of(vv);
   const auto oh = heads_of(out.view()), ph = heads_of(probs);

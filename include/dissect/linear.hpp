@@ -328,124 +328,9 @@ const LoRAAdapter<Scalar>& Linear<Scalar>::with_adapter(const char* name) const 
 }
 
 template <class Scalar>
-void Linear<Scalar>::require_not_quantized(const char* op) const {
-  if (const QuantizedWeight* q = storage_.quantized()) {
-    throw Error(detail::concat("Linear::", op, ": the weight is stored as ",
-                               weight_format_name(q->format()), "; dequantize() the layer first"));
-  }
-}
-
-template <class Scalar>
-void Linear<Scalar>::quantize(WeightFormat format) requires std::is_same_v<Scalar, float> {
-  require_not_quantized("quantize");
-  set_quantized_weight(QuantizedWeight::quantize(weight_.cview(), format));
-}
-
-template <class Scalar>
-void Linear<Scalar>::set_quantized_weight(
-    QuantizedWeight weight) requires std::is_same_v<Scalar, float> {
-  require_not_quantized("set_quantized_weight");
-  if (merged_) {
-    throw Error(
-        "Linear::set_quantized_weight: the LoRA adapter is merged into the weight; "
-        "unmerge it before quantising the base");
-  }
-  if (weight.rows() != out_features() || weight.cols() != in_features()) {
-    throw ShapeError(detail::concat("Linear::set_quantized_weight: quantised weight [",
-                                    weight.rows(), ", ", weight.cols(), "] does not fit weight ",
-                                    format_shape(weight_.shape())));
-  }
-  weight.dequantize_into(weight_.view());
-  set_frozen(true);
-  storage_.set_quantized(std::move(weight));
-  ++weight_generation_;
-}
-
-template <class Scalar>
-const QuantizedWeight& Linear<Scalar>::quantized_weight() const {
-  const QuantizedWeight* q = storage_.quantized();
-  if (!q) throw Error("Linear::quantized_weight: the layer is not quantised");
-  return *q;
-}
-
-template <class Scalar>
-void Linear<Scalar>::dequantize() {
-  if (!storage_.quantized()) throw Error("Linear::dequantize: the layer is not quantised");
-  storage_.set_dense();
-  ++weight_generation_;
-}
-
-template <class Scalar>
-index_t Linear<Scalar>::weight_bytes() const {
-  return storage_.bytes(out_features() * in_features() * static_cast<index_t>(sizeof(Scalar)));
-}
-
-template <class Scalar>
 void Linear<Scalar>::forward_matrix(const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> y) const {
   storage_.forward_matmul<Scalar>(x, weight_.matrix(), bias_map(), y);
   if (adapter_ && !merged_) adapter_->forward_add(x, y);
-}
-
-template <class Scalar>
-void Linear<Scalar>::set_frozen(bool frozen) {
-  if (!frozen) require_not_quantized("set_frozen(false)");
-  if (!frozen) {
-    if (storage_.packed()) unpack();  // training writes W through views the pack cannot see
-    ++weight_generation_;  // so may the optimizer: a block's packing must not trust W now
-  }
-  if (frozen == frozen_) return;
-  frozen_ = frozen;
-  set_gradient_frozen(weight_grad_, weight_.shape(), frozen);
-  set_gradient_frozen(bias_grad_, bias_.shape(), frozen);
-}
-
-template <class Scalar>
-LoRAAdapter<Scalar>& Linear<Scalar>::attach_adapter(LoRAOptions options) {
-  check_lora_options("Linear::attach_adapter", options);
-  return attach_adapter(LoRAAdapter<Scalar>(in_features(), out_features(), options));
-}
-
-template <class Scalar>
-LoRAAdapter<Scalar>& Linear<Scalar>::attach_adapter(LoRAAdapter<Scalar> adapter) {
-  if (adapter_) throw Error("Linear::attach_adapter: this layer already has a LoRA adapter");
-  if (adapter.in_features() != in_features() || adapter.out_features() != out_features()) {
-    throw ShapeError(detail::concat(
-        "Linear::attach_adapter: adapter A ", format_shape(adapter.A().shape()), ", B ",
-        format_shape(adapter.B().shape()), " does not fit weight ", format_shape(weight_.shape())));
-  }
-  set_frozen(true);
-  adapter_.emplace(std::move(adapter));
-  merged_ = false;
-  ++weight_generation_;
-  return *adapter_;
-}
-
-template <class Scalar>
-LoRAAdapter<Scalar> Linear<Scalar>::detach_adapter() {
-  LoRAAdapter<Scalar> adapter = std::move(with_adapter("detach_adapter"));
-  adapter_.reset();
-  merged_ = false;
-  ++weight_generation_;
-  return adapter;
-}
-
-template <class Scalar>
-void Linear<Scalar>::merge_adapter() {
-  const auto& adapter = with_adapter("merge_adapter");
-  if (merged_) throw Error("Linear::merge_adapter: the adapter is already merged");
-  require_not_quantized("merge_adapter");
-  adapter.add_delta_to(weight_.view(), Scalar(1));
-  merged_ = true;
-  weight_changed();
-}
-
-template <class Scalar>
-void Linear<Scalar>::unmerge_adapter() {
-  const auto& adapter = with_adapter("unmerge_adapter");
-  if (!merged_) throw Error("Linear::unmerge_adapter: the adapter is not merged");
-  adapter.add_delta_to(weight_.view(), Scalar(-1));
-  merged_ = false;
-  weight_changed();
 }
 
 template <class Scalar>
@@ -453,29 +338,6 @@ void Linear<Scalar>::set_weight(ConstTensorView<Scalar, 2> weight) {
   require_not_quantized("set_weight");
   assign_parameter("Linear", "weight", "[out_features, in_features]", weight_, weight);
   weight_changed();
-}
-
-template <class Scalar>
-void Linear<Scalar>::weight_changed() {
-  ++weight_generation_;
-  if constexpr (std::is_same_v<Scalar, float>) {
-    if (storage_.packed()) storage_.set_packed(weight_.data(), out_features(), in_features());
-  }
-}
-
-template <class Scalar>
-void Linear<Scalar>::pack() requires std::is_same_v<Scalar, float> {
-  require_not_quantized("pack");
-  set_frozen(true);
-  storage_.set_packed(weight_.data(), out_features(), in_features());
-  ++weight_generation_;
-}
-
-template <class Scalar>
-const PackedWeight& Linear<Scalar>::packed_weight() const {
-  const PackedWeight* p = storage_.packed();
-  if (!p) throw Error("Linear::packed_weight: the layer is not packed (call pack())");
-  return *p;
 }
 
 template <class Scalar>
@@ -685,3 +547,7 @@ std::ostream& operator<<(std::ostream& out, const Linear<Scalar>& layer) {
 }
 
 }  // namespace dissect
+
+// The members that switch modes (freezing, an adapter, quantised storage, packing) are defined in
+// a private header of their own, which needs the class above.
+#include "dissect/linear/detail/modes_impl.hpp"

@@ -158,7 +158,7 @@ Tensor<Scalar, rank_of<X>> LoRALinear<Scalar>::forward(const X& x, Cache& cache)
   // Inverted dropout, as nn.Dropout: kept inputs are scaled by 1/(1 − p) so the expectation of
   // the adapter's input is x. One generator per draw: reproducible and independent of threads.
   const Shape<2> rows{leading_count(input.shape()), in_features()};
-  auto keep = detail::reuse_buffer(cache.keep, rows);
+  auto keep = reuse_buffer(cache.keep, rows);
   Generator generator(dropout_seed_ + 0x9E3779B97F4A7C15ull * (cache.draws + 1));
   ++cache.draws;
   const Scalar kept = static_cast<Scalar>(1.0 / (1.0 - p));

@@ -198,6 +198,12 @@ constexpr void require_layer_scalar() {
 /// "0", "1", …: the names of positions in a Sequential or a layer stack, as stable views.
 std::string_view index_name(std::size_t index);
 
+/// `buffer` shaped `shape`, reallocated only when its shape differs (its values are then
+/// unspecified; a view of it is returned): the cache reuse that keeps a module's training steps
+/// of one shape, forward(x, cache) after forward(x, cache), free of allocation.
+template <class Scalar, std::size_t Rank>
+TensorView<Scalar, Rank> reuse_buffer(Tensor<Scalar, Rank>& buffer, const Shape<Rank>& shape);
+
 // ---- implementation -----------------------------------------------------------------------------
 
 inline ParameterName ParameterName::under(std::string_view prefix) const {
@@ -298,15 +304,10 @@ inline std::string_view index_name(std::size_t index) {
   return names[index];
 }
 
-namespace detail {
-/// `buffer` shaped `shape`, reallocated only when its shape differs: the cache reuse that keeps
-/// training steps of one shape free of allocation.
 template <class Scalar, std::size_t Rank>
 TensorView<Scalar, Rank> reuse_buffer(Tensor<Scalar, Rank>& buffer, const Shape<Rank>& shape) {
   if (buffer.shape() != shape) buffer = Tensor<Scalar, Rank>::uninitialized(shape);
   return buffer.view();
 }
-
-}  // namespace detail
 
 }  // namespace dissect

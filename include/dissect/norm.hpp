@@ -281,8 +281,8 @@ Tensor<Scalar, rank_of<X>> Normalization<Scalar, kind>::forward(const X& x, Cach
   const index_t rows = leading_count(input.shape());
   auto y = Tensor<Scalar, rank_of<X>>::uninitialized(input.shape());
   cache.shape.assign(input.shape().begin(), input.shape().end());
-  detail::reuse_buffer(cache.mean, Shape<1>{centered ? rows : 0});
-  detail::reuse_buffer(cache.rstd, Shape<1>{rows});
+  reuse_buffer(cache.mean, Shape<1>{centered ? rows : 0});
+  reuse_buffer(cache.rstd, Shape<1>{rows});
   normalize_rows(input.matrix(), y.matrix(), cache.mean.data(), cache.rstd.data());
   return y;
 }

@@ -9,7 +9,7 @@
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/blocks/block_options.hpp"
-#include "dissect/blocks/detail/block_checks.hpp"
+#include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/detail/heads_block.hpp"
 #include "dissect/blocks/detail/packed_fusion.hpp"
 #include "dissect/blocks/detail/print_block.hpp"
@@ -89,9 +89,8 @@ Tensor<Scalar, 3> AttentionOutput<Scalar>::forward(ConstTensorView<Scalar, 4> a,
                                                    ConstTensorView<Scalar, 3> residual) const {
   const char* op = "AttentionOutput::forward";
   check_input(op, a);
-  detail::check_block_shape(
-      op, "residual", residual, detail::concat("[B, T, D=", this->d_model_, "]"),
-      Shape<3>{a.dim(0), a.dim(2), this->d_model_}, "a", format_shape(a.shape()));
+  check_block_shape(op, "residual", residual, detail::concat("[B, T, D=", this->d_model_, "]"),
+                    Shape<3>{a.dim(0), a.dim(2), this->d_model_}, "a", format_shape(a.shape()));
   const auto rows = merged(a);
   if (detail::runs_packed(this->linear_)) {
     auto y = Tensor<Scalar, 3>::uninitialized(residual.shape());
@@ -107,9 +106,9 @@ template <class Scalar>
 Tensor<Scalar, 4> AttentionOutput<Scalar>::backward(ConstTensorView<Scalar, 4> a,
                                                     ConstTensorView<Scalar, 3> dy) {
   check_input("AttentionOutput::backward", a);
-  detail::check_block_shape(
-      "AttentionOutput::backward", "dy", dy, detail::concat("[B, T, D=", this->d_model_, "]"),
-      Shape<3>{a.dim(0), a.dim(2), this->d_model_}, "a", format_shape(a.shape()));
+  check_block_shape("AttentionOutput::backward", "dy", dy,
+                    detail::concat("[B, T, D=", this->d_model_, "]"),
+                    Shape<3>{a.dim(0), a.dim(2), this->d_model_}, "a", format_shape(a.shape()));
   const auto d_merged = this->linear_.backward(merged(a), dy);  // [B, T, D]
   auto da = Tensor<Scalar, 4>::uninitialized(a.shape());
   detail::split_heads<Scalar>(d_merged, 0, da);

@@ -11,6 +11,7 @@
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/activation.hpp"
 #include "dissect/blocks/block_options.hpp"
+#include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/detail/feed_forward_core.hpp"
 #include "dissect/blocks/detail/print_block.hpp"
 #include "dissect/error.hpp"
@@ -78,8 +79,8 @@ FeedForward<Scalar>::FeedForward(index_t d_model, std::optional<index_t> d_ff,
 template <class Scalar>
 Tensor<Scalar, 3> FeedForward<Scalar>::forward(ConstTensorView<Scalar, 3> x, Cache& cache) const {
   this->check_input("FeedForward::forward", x);
-  detail::forward_into_cache(this->up(), x, cache.hidden);
-  detail::reuse_buffer(cache.activated, cache.hidden.shape());
+  forward_into_cache(this->up(), x, cache.hidden);
+  reuse_buffer(cache.activated, cache.hidden.shape());
   activate_into(cache.hidden, cache.activated, activation_);
   return this->down().forward(cache.activated);
 }
@@ -87,7 +88,7 @@ Tensor<Scalar, 3> FeedForward<Scalar>::forward(ConstTensorView<Scalar, 3> x, Cac
 template <class Scalar>
 Tensor<Scalar, 3> FeedForward<Scalar>::backward(ConstTensorView<Scalar, 3> x, const Cache& cache,
                                                 ConstTensorView<Scalar, 3> dy) {
-  detail::check_ffn_backward<Scalar>(
+  check_ffn_backward<Scalar>(
       "FeedForward::backward", this->d_model_, this->d_ff_, x, dy,
       {{"cache.hidden", cache.hidden}, {"cache.activated", cache.activated}});
   auto d_hidden = this->down().backward(cache.activated, dy);             // d f(hidden)

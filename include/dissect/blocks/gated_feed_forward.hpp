@@ -14,6 +14,7 @@
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/activation.hpp"
 #include "dissect/blocks/block_options.hpp"
+#include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/detail/feed_forward_core.hpp"
 #include "dissect/blocks/detail/print_block.hpp"
 #include "dissect/init.hpp"
@@ -78,10 +79,10 @@ template <class Scalar>
 Tensor<Scalar, 3> GatedFeedForward<Scalar>::forward(ConstTensorView<Scalar, 3> x,
                                                     Cache& cache) const {
   this->check_input("GatedFeedForward::forward", x);
-  detail::forward_into_cache(gate(), x, cache.gate);
-  detail::forward_into_cache(this->up(), x, cache.up);
-  detail::reuse_buffer(cache.hidden, cache.gate.shape());
-  detail::swiglu_into<Scalar>(cache.gate, cache.up, cache.hidden);
+  forward_into_cache(gate(), x, cache.gate);
+  forward_into_cache(this->up(), x, cache.up);
+  reuse_buffer(cache.hidden, cache.gate.shape());
+  swiglu_into<Scalar>(cache.gate, cache.up, cache.hidden);
   return this->down().forward(cache.hidden);
 }
 
@@ -89,19 +90,14 @@ template <class Scalar>
 Tensor<Scalar, 3> GatedFeedForward<Scalar>::backward(ConstTensorView<Scalar, 3> x,
                                                      const Cache& cache,
                                                      ConstTensorView<Scalar, 3> dy) {
-  detail::check_ffn_backward<Scalar>(
+  check_ffn_backward<Scalar>(
       "GatedFeedForward::backward", this->d_model_, this->d_ff_, x, dy,
       {{"cache.gate", cache.gate}, {"cache.up", cache.up}, {"cache.hidden", cache.hidden}});
   // d hidden → d up = d hidden ⊙ silu(gate) and d gate = silu'(gate) · (d hidden ⊙ up), the
   // latter written over d hidden once both are read.
   auto d_gate = this->down().backward(cache.hidden, dy);  // d hidden: [B, T, F]
   auto d_up = Tensor<Scalar, 3>::uninitialized(d_gate.shape());
-  for (index_t i = 0; i < d_gate.size(); ++i) {
-    const Scalar g = cache.gate.data()[i], d_hidden = d_gate.data()[i];
-    d_up.data()[i] = d_hidden * detail::activation_value<Activation::silu>(g);
-    d_gate.data()[i] =
-        detail::activation_gradient<Activation::silu>(g, d_hidden * cache.up.data()[i]);
-  }
+  swiglu_backward_into<Scalar>(cache.gate, cache.up, d_gate, d_up);
   auto dx = gate().backward(x, d_gate);
   dx.vector() += this->up().backward(x, d_up).vector();
   return dx;

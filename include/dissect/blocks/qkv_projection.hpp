@@ -12,7 +12,7 @@
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/blocks/block_options.hpp"
-#include "dissect/blocks/detail/block_checks.hpp"
+#include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/detail/heads_block.hpp"
 #include "dissect/blocks/detail/print_block.hpp"
 #include "dissect/config.hpp"
@@ -83,7 +83,7 @@ QKVProjection<Scalar>::QKVProjection(index_t d_model, index_t n_heads, QKVOption
 
 template <class Scalar>
 QKV<Scalar> QKVProjection<Scalar>::forward(ConstTensorView<Scalar, 3> x) const {
-  detail::check_block_tokens("QKVProjection::forward", "x", x, "D", this->d_model_);
+  check_block_tokens("QKVProjection::forward", "x", x, "D", this->d_model_);
   const index_t batch = x.dim(0), tokens = x.dim(1);
   const auto fused = this->linear_.forward(x);  // [B, T, (H + 2·H_kv)·d_k]
   QKV<Scalar> out{Tensor<Scalar, 4>::uninitialized(
@@ -105,18 +105,18 @@ Tensor<Scalar, 3> QKVProjection<Scalar>::backward(ConstTensorView<Scalar, 3> x,
                                                   ConstTensorView<Scalar, 4> dk,
                                                   ConstTensorView<Scalar, 4> dv) {
   const char* op = "QKVProjection::backward";
-  detail::check_block_tokens(op, "x", x, "D", this->d_model_);
+  check_block_tokens(op, "x", x, "D", this->d_model_);
   const index_t batch = x.dim(0), tokens = x.dim(1);
   const auto x_text = format_shape(x.shape());
-  detail::check_block_shape(
+  check_block_shape(
       op, "dq", dq,
       detail::concat("[B, H=", this->heads_.n_heads, ", T, d_k=", this->heads_.head_dim, "]"),
       Shape<4>{batch, this->heads_.n_heads, tokens, this->heads_.head_dim}, "x", x_text);
   const auto kv_pattern =
       detail::concat("[B, H_kv=", this->heads_.n_kv_heads, ", T, d_k=", this->heads_.head_dim, "]");
   const Shape<4> kv_shape{batch, this->heads_.n_kv_heads, tokens, this->heads_.head_dim};
-  detail::check_block_shape(op, "dk", dk, kv_pattern, kv_shape, "x", x_text);
-  detail::check_block_shape(op, "dv", dv, kv_pattern, kv_shape, "x", x_text);
+  check_block_shape(op, "dk", dk, kv_pattern, kv_shape, "x", x_text);
+  check_block_shape(op, "dv", dv, kv_pattern, kv_shape, "x", x_text);
 
   // Every column of the fused gradient is written by exactly one of the three merges.
   auto d_fused =

@@ -12,17 +12,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
 #include <functional>
-#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -30,6 +27,7 @@
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/detail/enum_check.hpp"
+#include "dissect/dtype.hpp"
 #include "dissect/error.hpp"
 #include "dissect/io/detail/atomic_file.hpp"
 #include "dissect/io/detail/json.hpp"
@@ -189,36 +187,6 @@ void save_safetensors(const std::filesystem::path& path, std::span<const SaveEnt
 
 namespace detail {
 
-// The header of a file with a million tensors holds millions of fields: the checks below build
-// their messages (`where()`, `field()`) only when they fail, not for every field that passes.
-
-/// A JSON integer in [0, INT64_MAX], or FormatError "<where()>: <field()> is …".
-template <class Where, class Field>
-index_t read_extent(const nlohmann::json& value, const Where& where, const Field& field) {
-  if (value.is_number_unsigned()) {
-    const auto extent = value.get<std::uint64_t>();
-    if (extent > static_cast<std::uint64_t>(std::numeric_limits<index_t>::max())) {
-      throw FormatError(detail::concat(where(), ": ", field(), " ", extent, " does not fit int64"));
-    }
-    return static_cast<index_t>(extent);
-  }
-  if (value.is_number_integer()) {
-    throw FormatError(
-        detail::concat(where(), ": ", field(), " is negative (", value.get<std::int64_t>(), ")"));
-  }
-  throw FormatError(detail::concat(where(), ": ", field(), " is ", describe_json(value),
-                                   ", not a non-negative integer"));
-}
-
-/// The member `key` of a header entry, or FormatError "<where()> has no "key"".
-template <class Where>
-const nlohmann::json& entry_field(const nlohmann::json& entry, const Where& where,
-                                  const char* key) {
-  const auto found = entry.find(key);
-  if (found == entry.end()) throw FormatError(detail::concat(where(), " has no \"", key, "\""));
-  return *found;
-}
-
 /// Every name `index` holds, sorted.
 inline std::vector<std::string> names_of(const TensorIndex& index) {
   std::vector<std::string> names;
@@ -237,16 +205,16 @@ inline std::size_t find_tensor(const TensorIndex& index, std::string_view name,
   return found->second;
 }
 
-/// `file`'s dtype kind for `info`, or Error "<op>: tensor "x" in <file> is I64; …".
-inline StoredKind readable_kind(const TensorInfo& info, std::string_view op,
-                                const std::filesystem::path& file) {
-  const StoredDtype* dtype = find_stored_dtype(info.dtype);
-  if (dtype == nullptr || dtype->kind == StoredKind::other) {
+/// The dtype of `info` if dissect converts it, or Error "<op>: tensor "x" in <file> is I64; …".
+inline Dtype readable_dtype(const TensorInfo& info, std::string_view op,
+                            const std::filesystem::path& file) {
+  const std::optional<Dtype> dtype = convertible_dtype_named(info.dtype);
+  if (!dtype) {
     throw Error(detail::concat(op, ": tensor \"", info.name, "\" in ", file.string(), " is ",
-                               info.dtype,
-                               "; dissect reads F32, F64, F16 and BF16 into float or double"));
+                               info.dtype, "; dissect reads ", convertible_dtype_list(" and "),
+                               " into float or double"));
   }
-  return dtype->kind;
+  return *dtype;
 }
 
 /// `info`'s shape as a Shape<Rank>, or ShapeError naming the tensor, the file and both ranks.
@@ -278,148 +246,6 @@ inline SafetensorsFile::SafetensorsFile(Storage storage, std::filesystem::path p
   parse();
 }
 
-inline void SafetensorsFile::parse() {
-  const std::span<const std::byte> file = storage_.bytes();
-  if (file.size() < 8) {
-    throw FormatError(detail::concat(where(), ": the file is ", file.size(),
-                                     " bytes, too short for the 8-byte header length"));
-  }
-  std::uint64_t header_bytes = 0;
-  std::memcpy(&header_bytes, file.data(), 8);  // little-endian, as this machine (stored_dtype.hpp)
-  if (header_bytes > static_cast<std::uint64_t>(max_header_bytes)) {
-    throw FormatError(detail::concat(where(), ": header length ", header_bytes,
-                                     " exceeds the limit of ", format_count(max_header_bytes),
-                                     " bytes"));
-  }
-  if (header_bytes > file.size() - 8) {
-    throw FormatError(detail::concat(where(), ": header length ", header_bytes,
-                                     " runs past the end of the ", file.size(), "-byte file"));
-  }
-  data_begin_ = 8 + static_cast<index_t>(header_bytes);
-  const std::string_view text(reinterpret_cast<const char*>(file.data()) + 8, header_bytes);
-  // Each entry is checked as soon as it is parsed (a header may list a million tensors: it is
-  // never held as one JSON tree), with the errors a check in key order would give.
-  const nlohmann::json header = detail::parse_json_members_strictly(
-      text, where() + ": the header", [&](const std::string& name, nlohmann::json&& entry) {
-        if (name == "__metadata__") {
-          parse_metadata(entry);
-        } else {
-          tensors_.push_back(parse_entry(name, entry));
-        }
-      });
-  if (!header.is_object()) {
-    throw FormatError(detail::concat(where(), ": the header is ", detail::describe_json(header),
-                                     ", not a JSON object"));
-  }
-  std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
-    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
-  });
-  check_coverage(static_cast<index_t>(file.size()) - data_begin_);
-  for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
-}
-
-inline TensorInfo SafetensorsFile::parse_entry(const std::string& name,
-                                               const nlohmann::json& entry) const {
-  const auto at = [&] { return detail::concat(where(), ": tensor \"", name, "\""); };
-  if (!entry.is_object()) {
-    throw FormatError(
-        detail::concat(at(), " is ", detail::describe_json(entry), ", not an object"));
-  }
-  TensorInfo info;
-  info.name = name;
-  const nlohmann::json& dtype = detail::entry_field(entry, at, "dtype");
-  if (!dtype.is_string()) {
-    throw FormatError(
-        detail::concat(at(), ": \"dtype\" is ", detail::describe_json(dtype), ", not a string"));
-  }
-  info.dtype = dtype.get<std::string>();
-  const detail::StoredDtype* stored = detail::find_stored_dtype(info.dtype);
-  if (stored == nullptr)
-    throw FormatError(detail::concat(at(), ": unknown dtype \"", info.dtype, "\""));
-
-  const nlohmann::json& shape = detail::entry_field(entry, at, "shape");
-  if (!shape.is_array()) {
-    throw FormatError(
-        detail::concat(at(), ": \"shape\" is ", detail::describe_json(shape), ", not an array"));
-  }
-  info.shape.reserve(shape.size());
-  for (std::size_t axis = 0; axis < shape.size(); ++axis) {
-    info.shape.push_back(
-        detail::read_extent(shape[axis], at, [&] { return detail::concat("shape[", axis, "]"); }));
-  }
-  index_t bytes = stored->bytes;
-  for (index_t extent : info.shape) {  // checked_mul throws the OverflowError
-    bytes = !detail::mul_overflows(bytes, extent)
-                ? bytes * extent
-                : checked_mul(bytes, extent,
-                              detail::concat(at(), ": size of ", info.dtype, " ",
-                                             format_shape(info.shape)));
-  }
-
-  const nlohmann::json& offsets = detail::entry_field(entry, at, "data_offsets");
-  if (!offsets.is_array() || offsets.size() != 2) {
-    throw FormatError(detail::concat(
-        at(), ": \"data_offsets\" is ", detail::describe_json(offsets),
-        offsets.is_array() ? detail::concat(" of ", offsets.size()) : "", ", not [begin, end]"));
-  }
-  info.begin = detail::read_extent(offsets[0], at, [] { return "data_offsets[0]"; });
-  info.end = detail::read_extent(offsets[1], at, [] { return "data_offsets[1]"; });
-  const auto range = [&] {
-    return detail::concat("data_offsets [", info.begin, ", ", info.end, "]");
-  };
-  const index_t data_bytes = static_cast<index_t>(storage_.bytes().size()) - data_begin_;
-  if (info.end < info.begin)
-    throw FormatError(detail::concat(at(), ": ", range(), " end before they begin"));
-  if (info.end > data_bytes) {
-    throw FormatError(detail::concat(at(), ": ", range(), " reach past the data section (",
-                                     data_bytes, " bytes)"));
-  }
-  if (info.end - info.begin != bytes) {
-    throw FormatError(detail::concat(at(), ": ", range(), " hold ", info.end - info.begin,
-                                     " bytes, but ", info.dtype, " ", format_shape(info.shape),
-                                     " needs ", bytes));
-  }
-  return info;
-}
-
-inline void SafetensorsFile::parse_metadata(const nlohmann::json& metadata) {
-  if (!metadata.is_object()) {
-    throw FormatError(detail::concat(where(), ": \"__metadata__\" is ",
-                                     detail::describe_json(metadata), ", not an object"));
-  }
-  for (const auto& [key, value] : metadata.items()) {
-    if (!value.is_string()) {
-      throw FormatError(detail::concat(where(), ": __metadata__ \"", key, "\" is ",
-                                       detail::describe_json(value), ", not a string"));
-    }
-    metadata_.emplace(key, value.get<std::string>());
-  }
-}
-
-// The format asks the tensors to cover the data section exactly; dissect refuses a gap or
-// trailing bytes as firmly as an overlap (as the reference implementation does): bytes no
-// tensor owns are a sign of a truncated or spliced file.
-inline void SafetensorsFile::check_coverage(index_t data_bytes) const {
-  index_t covered = 0;  // tensors_ is sorted by range: each must start where the last ended
-  const TensorInfo* previous = nullptr;
-  const auto unowned = [&](index_t from, index_t to) {
-    return FormatError(detail::concat(
-        where(), ": bytes [", from, ", ", to, ") of the data section belong to no tensor",
-        previous ? " (after \"" : "", previous ? previous->name : "", previous ? "\")" : ""));
-  };
-  for (const TensorInfo& info : tensors_) {
-    if (info.begin < covered) {
-      throw FormatError(detail::concat(where(), ": tensors \"", previous->name, "\" [",
-                                       previous->begin, ", ", previous->end, ") and \"", info.name,
-                                       "\" [", info.begin, ", ", info.end, ") overlap"));
-    }
-    if (info.begin > covered) throw unowned(covered, info.begin);
-    covered = info.end;
-    previous = &info;
-  }
-  if (covered != data_bytes) throw unowned(covered, data_bytes);
-}
-
 inline std::vector<std::string> SafetensorsFile::tensor_names() const {
   return detail::names_of(index_);
 }
@@ -437,21 +263,20 @@ inline std::span<const std::byte> SafetensorsFile::bytes(std::string_view name) 
 template <class Scalar, std::size_t Rank>
 Tensor<Scalar, Rank> SafetensorsFile::load(std::string_view name) const {
   const TensorInfo& entry = info(name);
-  const detail::StoredKind kind = detail::readable_kind(entry, "SafetensorsFile::load", path_);
+  const Dtype dtype = detail::readable_dtype(entry, "SafetensorsFile::load", path_);
   auto tensor = Tensor<Scalar, Rank>::uninitialized(
       detail::shape_of_rank<Rank>(entry, "SafetensorsFile::load", path_));
-  detail::decode_values(bytes(name).data(), kind, tensor.size(), tensor.data());
+  detail::decode_values(bytes(name).data(), dtype, tensor.size(), tensor.data());
   return tensor;
 }
 
 template <std::size_t Rank, class Scalar>
 ConstTensorView<Scalar, Rank> SafetensorsFile::view(std::string_view name) const {
   static_assert(is_supported_scalar_v<Scalar>, "SafetensorsFile::view: Scalar is float or double");
-  constexpr detail::StoredKind wanted =
-      std::is_same_v<Scalar, float> ? detail::StoredKind::f32 : detail::StoredKind::f64;
+  constexpr Dtype wanted = std::is_same_v<Scalar, float> ? Dtype::fp32 : Dtype::fp64;
   const TensorInfo& entry = info(name);
   const Shape<Rank> shape = detail::shape_of_rank<Rank>(entry, "SafetensorsFile::view", path_);
-  const std::string_view stored = detail::stored_dtype_of(wanted).name;
+  const std::string_view stored = dtype_info(wanted).file_name;
   const std::string at =
       detail::concat("SafetensorsFile::view: tensor \"", entry.name, "\" in ", path_.string());
   if (entry.dtype != stored) {
@@ -471,21 +296,21 @@ template <class Scalar, std::size_t Rank>
 void load_into(const SafetensorsFile& file, std::string_view name,
                TensorView<Scalar, Rank> target) {
   const TensorInfo& entry = file.info(name);
-  const detail::StoredKind kind = detail::readable_kind(entry, "load_into", file.path());
+  const Dtype dtype = detail::readable_dtype(entry, "load_into", file.path());
   if (!std::equal(entry.shape.begin(), entry.shape.end(), target.shape().begin(),
                   target.shape().end())) {
     throw ShapeError(detail::concat("load_into: tensor \"", entry.name, "\" in ",
                                     file.path().string(), " has shape ", format_shape(entry.shape),
                                     ", the target has shape ", format_shape(target.shape())));
   }
-  detail::decode_values(file.bytes(name).data(), kind, target.size(), target.data());
+  detail::decode_values(file.bytes(name).data(), dtype, target.size(), target.data());
 }
 
 template <class Scalar>
 void load_block_into(const SafetensorsFile& file, std::string_view name, index_t row0, index_t rows,
                      index_t col0, index_t cols, TensorView<Scalar, 2> target) {
   const TensorInfo& entry = file.info(name);
-  const detail::StoredKind kind = detail::readable_kind(entry, "load_block_into", file.path());
+  const Dtype dtype = detail::readable_dtype(entry, "load_block_into", file.path());
   const std::size_t rank = entry.shape.size();
   const index_t height = rank >= 1 ? entry.shape[0] : 0;
   const index_t width = rank == 2 ? entry.shape[1] : 1;
@@ -499,9 +324,9 @@ void load_block_into(const SafetensorsFile& file, std::string_view name, index_t
         " must lie inside a 1-D or 2-D tensor and match the block"));
   }
   const std::byte* data = file.bytes(name).data();
-  const index_t element = detail::stored_dtype_of(kind).bytes;
+  const index_t element = dtype_info(dtype).block_bytes;
   for (index_t r = 0; r < rows; ++r) {
-    detail::decode_values(data + ((row0 + r) * width + col0) * element, kind, cols,
+    detail::decode_values(data + ((row0 + r) * width + col0) * element, dtype, cols,
                           target.data() + r * cols);
   }
 }
@@ -509,16 +334,17 @@ void load_block_into(const SafetensorsFile& file, std::string_view name, index_t
 // ---- implementation: writing --------------------------------------------------------------------
 
 namespace detail {
-inline constexpr std::array<std::string_view, 4> save_dtype_names{"F32", "F64", "F16", "BF16"};
+/// SaveDtype's enumerators map, in order, to convertible_dtypes (io/detail/stored_dtype.hpp),
+/// whose file names are these.
+inline constexpr std::array<std::string_view, convertible_dtypes.size()> save_dtype_names =
+    convertible_dtype_names();
 
-/// The stored kind of a SaveDtype (checked) or of the values' own type.
+/// The dtype of a SaveDtype (checked) or of the values' own type.
 template <class Scalar>
-StoredKind save_kind(std::optional<SaveDtype> dtype) {
-  if (!dtype) return std::is_same_v<Scalar, float> ? StoredKind::f32 : StoredKind::f64;
-  check_enum("save_safetensors", "SaveDtype", *dtype, save_dtype_names);
-  constexpr std::array<StoredKind, 4> kinds{StoredKind::f32, StoredKind::f64, StoredKind::f16,
-                                            StoredKind::bf16};
-  return kinds[static_cast<std::size_t>(*dtype)];
+Dtype save_dtype_of(std::optional<SaveDtype> dtype) {
+  if (!dtype) return std::is_same_v<Scalar, float> ? Dtype::fp32 : Dtype::fp64;
+  return convertible_dtypes[static_cast<std::size_t>(
+      check_enum("save_safetensors", "SaveDtype", *dtype, save_dtype_names))];
 }
 
 /// Error unless `text` is valid UTF-8 (JSON strings must be): `what` names the string.
@@ -597,14 +423,13 @@ inline void save_safetensors(const std::filesystem::path& path, std::span<const 
         [&](auto values) {
           if constexpr (!std::is_same_v<decltype(values), StoredBytes>) {
             using Scalar = typename decltype(values)::element_type;
-            const detail::StoredKind kind =
-                detail::save_kind<std::remove_const_t<Scalar>>(entry.dtype);
+            const Dtype dtype = detail::save_dtype_of<std::remove_const_t<Scalar>>(entry.dtype);
             if (static_cast<index_t>(values.size()) != count) {
               throw ShapeError(detail::concat(at, ": ", values.size(), " values for shape ",
                                               format_shape(entry.shape), " (", count,
                                               " elements)"));
             }
-            const detail::StoredDtype& stored = detail::stored_dtype_of(kind);
+            const detail::StoredDtype& stored = detail::stored_dtype_of(dtype);
             const index_t bytes =
                 checked_mul(count, stored.bytes, detail::concat(at, ": byte size"));
             planned.push_back({&entry, &stored, bytes});
@@ -651,7 +476,7 @@ inline void save_safetensors(const std::filesystem::path& path, std::span<const 
               for (index_t done = 0; done < static_cast<index_t>(values.size()); done += chunk) {
                 const index_t count = std::min(chunk, static_cast<index_t>(values.size()) - done);
                 buffer.resize(static_cast<std::size_t>(count * size));
-                detail::encode_values(values.data() + done, item.stored->kind, count,
+                detail::encode_values(values.data() + done, *item.stored->dtype, count,
                                       buffer.data());
                 out.write(buffer);
               }
@@ -663,3 +488,7 @@ inline void save_safetensors(const std::filesystem::path& path, std::span<const 
 }
 
 }  // namespace dissect
+
+// The checks of a file's header, run whole on opening, are defined in a private header of their
+// own, which needs SafetensorsFile above.
+#include "dissect/io/detail/safetensors_header_impl.hpp"

@@ -131,15 +131,15 @@ LoadResult load_state_dict(M& module, const Source& source, const LoadOptions& o
     const TensorInfo& info = source.info(*key);
     const std::string named =
         *key == model_name ? model_name : detail::concat(model_name, " (checkpoint ", *key, ")");
-    const detail::StoredDtype* dtype = detail::find_stored_dtype(info.dtype);
     if (!std::equal(info.shape.begin(), info.shape.end(), value.shape().begin(),
                     value.shape().end())) {
       mismatches.push_back(detail::concat("size mismatch for ", named, ": checkpoint ",
                                           format_shape(info.shape), ", model ",
                                           format_shape(value.shape())));
-    } else if (dtype == nullptr || dtype->kind == detail::StoredKind::other) {
+    } else if (!detail::convertible_dtype_named(info.dtype)) {
       mismatches.push_back(detail::concat("dtype ", info.dtype, " of ", named,
-                                          " cannot be converted (F32, F64, F16, BF16 can)"));
+                                          " cannot be converted (",
+                                          detail::convertible_dtype_list(", "), " can)"));
     } else {
       result.loaded.push_back(model_name);
     }

@@ -16,6 +16,7 @@
 #include "dissect/activation.hpp"
 #include "dissect/attention.hpp"
 #include "dissect/blocks/attention_output.hpp"
+#include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/feed_forward.hpp"
 #include "dissect/blocks/gated_feed_forward.hpp"
 #include "dissect/blocks/qkv_projection.hpp"
@@ -271,9 +272,9 @@ Tensor<Scalar, 3> ParallelFeedForward<Scalar>::forward(ConstTensorView<Scalar, 3
                                                        Cache& cache) const {
   constexpr const char* op = "ParallelFeedForward::forward";
   detail::agree_shapes(*comm_, op, x);
-  dissect::detail::check_block_tokens(op, "x", x, "D", d_model());
-  dissect::detail::forward_into_cache(up_.local(), x, cache.hidden);
-  dissect::detail::reuse_buffer(cache.activated, cache.hidden.shape());
+  check_block_tokens(op, "x", x, "D", d_model());
+  forward_into_cache(up_.local(), x, cache.hidden);
+  reuse_buffer(cache.activated, cache.hidden.shape());
   activate_into(cache.hidden, cache.activated, activation_);
   return down_.forward_agreed(cache.activated);  // the one all-reduce
 }
@@ -284,7 +285,7 @@ Tensor<Scalar, 3> ParallelFeedForward<Scalar>::backward(ConstTensorView<Scalar, 
                                                         ConstTensorView<Scalar, 3> dy) {
   constexpr const char* op = "ParallelFeedForward::backward";
   detail::agree_shapes(*comm_, op, x, dy, cache.hidden, cache.activated);
-  dissect::detail::check_ffn_backward<Scalar>(
+  check_ffn_backward<Scalar>(
       op, d_model(), up_.local_out_features(), x, dy,
       {{"cache.hidden", cache.hidden}, {"cache.activated", cache.activated}});
   auto d_hidden = down_.backward_agreed(cache.activated, dy);             // [B, T, F/P]
@@ -316,11 +317,11 @@ Tensor<Scalar, 3> ParallelGatedFeedForward<Scalar>::forward(ConstTensorView<Scal
                                                             Cache& cache) const {
   constexpr const char* op = "ParallelGatedFeedForward::forward";
   detail::agree_shapes(*comm_, op, x);
-  dissect::detail::check_block_tokens(op, "x", x, "D", d_model());
-  dissect::detail::forward_into_cache(gate_.local(), x, cache.gate);
-  dissect::detail::forward_into_cache(up_.local(), x, cache.up);
-  dissect::detail::reuse_buffer(cache.hidden, cache.gate.shape());
-  dissect::detail::swiglu_into<Scalar>(cache.gate, cache.up, cache.hidden);
+  check_block_tokens(op, "x", x, "D", d_model());
+  forward_into_cache(gate_.local(), x, cache.gate);
+  forward_into_cache(up_.local(), x, cache.up);
+  reuse_buffer(cache.hidden, cache.gate.shape());
+  swiglu_into<Scalar>(cache.gate, cache.up, cache.hidden);
   return down_.forward_agreed(cache.hidden);  // the one all-reduce
 }
 
@@ -330,18 +331,13 @@ Tensor<Scalar, 3> ParallelGatedFeedForward<Scalar>::backward(ConstTensorView<Sca
                                                              ConstTensorView<Scalar, 3> dy) {
   constexpr const char* op = "ParallelGatedFeedForward::backward";
   detail::agree_shapes(*comm_, op, x, dy, cache.gate, cache.up, cache.hidden);
-  dissect::detail::check_ffn_backward<Scalar>(
+  check_ffn_backward<Scalar>(
       op, d_model(), up_.local_out_features(), x, dy,
       {{"cache.gate", cache.gate}, {"cache.up", cache.up}, {"cache.hidden", cache.hidden}});
   // As GatedFeedForward::backward, on this rank's F/P features.
   auto d_gate = down_.backward_agreed(cache.hidden, dy);  // d hidden: [B, T, F/P]
   auto d_up = Tensor<Scalar, 3>::uninitialized(d_gate.shape());
-  for (index_t i = 0; i < d_gate.size(); ++i) {
-    const Scalar g = cache.gate.data()[i], d_hidden = d_gate.data()[i];
-    d_up.data()[i] = d_hidden * dissect::detail::activation_value<Activation::silu>(g);
-    d_gate.data()[i] =
-        dissect::detail::activation_gradient<Activation::silu>(g, d_hidden * cache.up.data()[i]);
-  }
+  swiglu_backward_into<Scalar>(cache.gate, cache.up, d_gate, d_up);
   auto dx = gate_.backward_partial(x, d_gate);
   dx.vector() += up_.backward_partial(x, d_up).vector();
   detail::all_reduce_tensor(*comm_, dx);  // the one all-reduce, of the sum of both terms
@@ -425,14 +421,14 @@ Tensor<Scalar, 3> ParallelAttention<Scalar>::forward(ConstTensorView<Scalar, 3> 
                                                      const RotaryTable<Scalar>* rope) const {
   constexpr const char* op = "ParallelAttention::forward";
   detail::agree_shapes(*comm_, op, x);
-  dissect::detail::check_block_tokens(op, "x", x, "D", d_model());
+  check_block_tokens(op, "x", x, "D", d_model());
   const index_t batch = x.dim(0), tokens = x.dim(1), heads = local_heads(),
                 kv_heads = local_kv_heads();
   const auto fused = qkv_.local().forward(x);  // [B, T, (H + 2·H_kv)/P·d_k]
   auto& [q, k, v] = cache.qkv;
-  dissect::detail::reuse_buffer(q, Shape<4>{batch, heads, tokens, head_dim_});
-  dissect::detail::reuse_buffer(k, Shape<4>{batch, kv_heads, tokens, head_dim_});
-  dissect::detail::reuse_buffer(v, Shape<4>{batch, kv_heads, tokens, head_dim_});
+  reuse_buffer(q, Shape<4>{batch, heads, tokens, head_dim_});
+  reuse_buffer(k, Shape<4>{batch, kv_heads, tokens, head_dim_});
+  reuse_buffer(v, Shape<4>{batch, kv_heads, tokens, head_dim_});
   dissect::detail::split_heads<Scalar>(fused, 0, q);
   dissect::detail::split_heads<Scalar>(fused, heads * head_dim_, k);
   dissect::detail::split_heads<Scalar>(fused, (heads + kv_heads) * head_dim_, v);
@@ -441,7 +437,7 @@ Tensor<Scalar, 3> ParallelAttention<Scalar>::forward(ConstTensorView<Scalar, 3> 
     apply_rope_into(k, k, 0, *rope);
   }
   const auto o = causal_attention(q, k, v, cache.attention);  // [B, H/P, T, d_k], local
-  dissect::detail::reuse_buffer(cache.merged, Shape<3>{batch, tokens, heads * head_dim_});
+  reuse_buffer(cache.merged, Shape<3>{batch, tokens, heads * head_dim_});
   dissect::detail::merge_heads<Scalar>(o, cache.merged, 0);
   return proj_.forward_agreed(cache.merged);  // the one all-reduce
 }
@@ -454,22 +450,22 @@ Tensor<Scalar, 3> ParallelAttention<Scalar>::backward(ConstTensorView<Scalar, 3>
   constexpr const char* op = "ParallelAttention::backward";
   const auto& [q, k, v] = cache.qkv;
   detail::agree_shapes(*comm_, op, x, dy, q, k, v, cache.attention.probs, cache.merged);
-  dissect::detail::check_block_tokens(op, "x", x, "D", d_model());
+  check_block_tokens(op, "x", x, "D", d_model());
   const index_t batch = x.dim(0), tokens = x.dim(1), heads = local_heads(),
                 kv_heads = local_kv_heads();
   const auto x_text = format_shape(x.shape());
-  using dissect::detail::cache_hint;
-  using dissect::detail::check_block_shape;
   check_block_shape(op, "dy", dy, "[B, T, D]", x.shape(), "x", x_text);
   check_block_shape(op, "cache.qkv.q", q, "[B, H/P, T, d_k]",
-                    Shape<4>{batch, heads, tokens, head_dim_}, "x", x_text, cache_hint);
+                    Shape<4>{batch, heads, tokens, head_dim_}, "x", x_text, block_cache_hint);
   const Shape<4> kv_shape{batch, kv_heads, tokens, head_dim_};
-  check_block_shape(op, "cache.qkv.k", k, "[B, H_kv/P, T, d_k]", kv_shape, "x", x_text, cache_hint);
-  check_block_shape(op, "cache.qkv.v", v, "[B, H_kv/P, T, d_k]", kv_shape, "x", x_text, cache_hint);
+  check_block_shape(op, "cache.qkv.k", k, "[B, H_kv/P, T, d_k]", kv_shape, "x", x_text,
+                    block_cache_hint);
+  check_block_shape(op, "cache.qkv.v", v, "[B, H_kv/P, T, d_k]", kv_shape, "x", x_text,
+                    block_cache_hint);
   check_block_shape(op, "cache.attention.probs", cache.attention.probs, "[B, H/P, T, T]",
-                    Shape<4>{batch, heads, tokens, tokens}, "x", x_text, cache_hint);
+                    Shape<4>{batch, heads, tokens, tokens}, "x", x_text, block_cache_hint);
   check_block_shape(op, "cache.merged", cache.merged, "[B, T, D/P]",
-                    Shape<3>{batch, tokens, heads * head_dim_}, "x", x_text, cache_hint);
+                    Shape<3>{batch, tokens, heads * head_dim_}, "x", x_text, block_cache_hint);
 
   const auto d_merged = proj_.backward_agreed(cache.merged, dy);  // [B, T, D/P], no communication
   auto d_out = Tensor<Scalar, 4>::uninitialized(q.shape());

@@ -2,8 +2,9 @@
 // (dissect/blocks/feed_forward.hpp and dissect/blocks/gated_feed_forward.hpp do).
 //
 // FeedForwardCore, what FeedForward (D → F → D) and GatedFeedForward (SwiGLU) share: the
-// projections, their seeds and names, the packed forward without a cache, the input check; and
-// the helpers both FFNs' training forwards and backwards use (the tensor-parallel FFNs too).
+// projections, their seeds and names, the packed forward without a cache, the input check. The
+// steps both FFNs' training forwards and backwards share with the tensor-parallel FFNs are public,
+// in dissect/blocks/block_parts.hpp.
 #pragma once
 
 #ifndef DISSECT_PUBLIC_HEADER
@@ -14,7 +15,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
 #include <optional>
 #include <string_view>
 #include <type_traits>
@@ -22,7 +22,7 @@
 
 #include "dissect/activation.hpp"
 #include "dissect/blocks/block_options.hpp"
-#include "dissect/blocks/detail/block_checks.hpp"
+#include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/detail/packed_fusion.hpp"
 #include "dissect/config.hpp"
 #include "dissect/error.hpp"
@@ -94,13 +94,6 @@ class FeedForwardCore : public ComposedModule<Derived> {
     for (std::size_t i = 0; i < N; ++i) visit_child(names[3 - N + i], self.layers_[i], visit);
   }
 };
-
-/// y = layer(x) into `buffer`, reusing its memory when it already has the right shape.
-template <class Scalar>
-void forward_into_cache(const Linear<Scalar>& layer, ConstTensorView<Scalar, 3> x,
-                        Tensor<Scalar, 3>& buffer) {
-  layer.forward_into(x, reuse_buffer(buffer, layer.output_shape(x.shape())));
-}
 
 // ---- implementation -----------------------------------------------------------------------------
 
@@ -189,32 +182,6 @@ Tensor<Scalar, 3> FeedForwardCore<Derived, Scalar, N>::forward_fused(
   auto y = Tensor<Scalar, 3>::uninitialized(x.shape());
   packed_forward<Scalar, 3>(layers_[N - 1], hidden.cview(), y.view(), residual);
   return y;
-}
-
-/// Before any gradient is touched: x is [B, T, D], dy is x's shape and every cached tensor is
-/// [B, T, F].
-template <class Scalar>
-void check_ffn_backward(
-    const char* op, index_t d_model, index_t d_ff, ConstTensorView<Scalar, 3> x,
-    ConstTensorView<Scalar, 3> dy,
-    std::initializer_list<std::pair<const char*, ConstTensorView<Scalar, 3>>> cached) {
-  check_block_tokens(op, "x", x, "D", d_model);
-  const auto x_text = format_shape(x.shape());
-  check_block_shape(op, "dy", dy, token_shape_text("D", d_model), x.shape(), "x", x_text);
-  const Shape<3> hidden_shape{x.dim(0), x.dim(1), d_ff};
-  for (const auto& [name, tensor] : cached) {
-    check_block_shape(op, name, tensor, token_shape_text("F", d_ff), hidden_shape, "x", x_text,
-                      cache_hint);
-  }
-}
-
-/// hidden = silu(gate) ⊙ up elementwise; hidden may be gate itself.
-template <class Scalar>
-void swiglu_into(ConstTensorView<Scalar, 3> gate, ConstTensorView<Scalar, 3> up,
-                 TensorView<Scalar, 3> hidden) {
-  for (index_t i = 0; i < gate.size(); ++i) {
-    hidden.data()[i] = activation_value<Activation::silu>(gate.data()[i]) * up.data()[i];
-  }
 }
 
 }  // namespace dissect::detail

@@ -2,9 +2,10 @@
 // (dissect/io/safetensors.hpp does).
 //
 // The element types a safetensors file may name, with their sizes, and the conversions between
-// the four dissect reads and writes (F32, F64, F16, BF16) and float or double. Values are stored
-// little-endian, which is this machine's order (checked at compile time), so F32 and F64 move as
-// plain bytes.
+// the four dissect reads and writes (F32, F64, F16, BF16) and float or double. Names and sizes
+// come from dtype.hpp's table where it has the type; only the file's other dtypes are listed
+// here. Values are stored little-endian, which is this machine's order (checked at compile time),
+// so F32 and F64 move as plain bytes.
 #pragma once
 
 #ifndef DISSECT_PUBLIC_HEADER
@@ -17,9 +18,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <type_traits>
 
+#include "dissect/dtype.hpp"
 #include "dissect/numeric/half.hpp"
 #include "dissect/shape.hpp"
 
@@ -28,36 +32,103 @@ namespace dissect::detail {
 static_assert(std::endian::native == std::endian::little,
               "dissect/io: safetensors files are little-endian; this machine is not");
 
-/// What dissect can do with a stored element type.
-enum class StoredKind { f32, f64, f16, bf16, other };
-
+/// A dtype a safetensors file may name.
 struct StoredDtype {
-  std::string_view name;  ///< as in the file: "F32"
-  index_t bytes;          ///< per element
-  StoredKind kind;
+  std::string_view name;       ///< as in the file: "F32"
+  index_t bytes = 0;           ///< per element
+  std::optional<Dtype> dtype;  ///< its row in dtype.hpp's table, if it has one
 };
 
-/// Every dtype of the safetensors format whose elements are whole bytes. (Sub-byte formats such
-/// as F4 are refused when a file is opened: their sizes cannot be checked the same way.)
-inline constexpr std::array<StoredDtype, 17> stored_dtypes{{
-    {"BOOL", 1, StoredKind::other},
-    {"U8", 1, StoredKind::other},
-    {"I8", 1, StoredKind::other},
-    {"F8_E5M2", 1, StoredKind::other},
-    {"F8_E4M3", 1, StoredKind::other},
-    {"F8_E8M0", 1, StoredKind::other},
-    {"I16", 2, StoredKind::other},
-    {"U16", 2, StoredKind::other},
-    {"F16", 2, StoredKind::f16},
-    {"BF16", 2, StoredKind::bf16},
-    {"I32", 4, StoredKind::other},
-    {"U32", 4, StoredKind::other},
-    {"F32", 4, StoredKind::f32},
-    {"I64", 8, StoredKind::other},
-    {"U64", 8, StoredKind::other},
-    {"F64", 8, StoredKind::f64},
-    {"C64", 8, StoredKind::other},
+/// A safetensors dtype that dtype.hpp has no row for: its name and element size.
+struct FileOnlyDtype {
+  std::string_view name;
+  index_t bytes;
+};
+
+/// The safetensors dtypes that dtype.hpp has no row for: known, so that a file holding them opens
+/// (their sizes check its byte ranges) and raw bytes can be written as them, but never converted.
+/// With the table's rows that have a file name, they are every dtype of the format whose elements
+/// are whole bytes. (Sub-byte formats such as F4 are refused when a file is opened: their sizes
+/// cannot be checked the same way.)
+inline constexpr std::array<FileOnlyDtype, 11> file_only_dtypes{{
+    {"BOOL", 1},
+    {"U8", 1},
+    {"F8_E5M2", 1},
+    {"F8_E8M0", 1},
+    {"I16", 2},
+    {"U16", 2},
+    {"I32", 4},
+    {"U32", 4},
+    {"I64", 8},
+    {"U64", 8},
+    {"C64", 8},
 }};
+
+/// How many of dtype.hpp's rows a safetensors file can name.
+constexpr std::size_t file_named_dtype_count() {
+  std::size_t count = 0;
+  for (const DtypeInfo& info : dtype_table) count += !info.file_name.empty();
+  return count;
+}
+
+/// Every dtype a file may name: dtype.hpp's rows that have a file name (one element a block), then
+/// file_only_dtypes.
+constexpr std::array<StoredDtype, file_named_dtype_count() + file_only_dtypes.size()>
+make_stored_dtypes() {
+  std::array<StoredDtype, file_named_dtype_count() + file_only_dtypes.size()> all{};
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < dtype_table.size(); ++i) {
+    const DtypeInfo& info = dtype_table[i];
+    if (!info.file_name.empty())
+      all[n++] = {info.file_name, info.block_bytes, static_cast<Dtype>(i)};
+  }
+  for (const FileOnlyDtype& other : file_only_dtypes) all[n++] = {other.name, other.bytes, {}};
+  return all;
+}
+
+inline constexpr auto stored_dtypes = make_stored_dtypes();
+
+/// Whether every name is one dtype, of whole-byte elements (the file's byte ranges count elements).
+constexpr bool stored_dtypes_are_consistent() {
+  for (std::size_t i = 0; i < stored_dtypes.size(); ++i) {
+    if (stored_dtypes[i].bytes <= 0) return false;
+    if (stored_dtypes[i].dtype &&
+        dtype_table[static_cast<std::size_t>(*stored_dtypes[i].dtype)].block_elements != 1) {
+      return false;
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (stored_dtypes[j].name == stored_dtypes[i].name) return false;
+    }
+  }
+  return true;
+}
+static_assert(stored_dtypes_are_consistent(),
+              "dissect/io: a safetensors dtype is named twice or is not a whole-byte element type");
+
+/// The dtypes dissect converts from and to float and double, in SaveDtype's order
+/// (io/safetensors.hpp): F32, F64, F16, BF16.
+inline constexpr std::array<Dtype, 4> convertible_dtypes{Dtype::fp32, Dtype::fp64, Dtype::fp16,
+                                                         Dtype::bf16};
+
+/// Their file names, in that order: the names check_enum lists for SaveDtype.
+constexpr std::array<std::string_view, convertible_dtypes.size()> convertible_dtype_names() {
+  std::array<std::string_view, convertible_dtypes.size()> names{};
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    names[i] = dtype_table[static_cast<std::size_t>(convertible_dtypes[i])].file_name;
+  }
+  return names;
+}
+
+/// Those names for a message: "F32, F64, F16", then `last` (" and ", ", "), then "BF16".
+inline std::string convertible_dtype_list(std::string_view last) {
+  std::string list;
+  const auto names = convertible_dtype_names();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) list += i + 1 < names.size() ? ", " : std::string(last);
+    list += names[i];
+  }
+  return list;
+}
 
 /// The dtype called `name`, or nullptr.
 inline const StoredDtype* find_stored_dtype(std::string_view name) {
@@ -67,12 +138,22 @@ inline const StoredDtype* find_stored_dtype(std::string_view name) {
   return nullptr;
 }
 
-/// The entry of a kind dissect reads and writes (never StoredKind::other).
-inline const StoredDtype& stored_dtype_of(StoredKind kind) {
-  for (const StoredDtype& dtype : stored_dtypes) {
-    if (dtype.kind == kind) return dtype;
+/// The Dtype of the stored dtype called `name` if dissect converts it, else nullopt.
+inline std::optional<Dtype> convertible_dtype_named(std::string_view name) {
+  const StoredDtype* stored = find_stored_dtype(name);
+  if (stored == nullptr || !stored->dtype) return std::nullopt;
+  for (Dtype dtype : convertible_dtypes) {
+    if (*stored->dtype == dtype) return dtype;
   }
-  return stored_dtypes.front();  // unreachable for the four kinds
+  return std::nullopt;
+}
+
+/// The entry of a dtype that a file can name (one of convertible_dtypes, when writing).
+inline const StoredDtype& stored_dtype_of(Dtype dtype) {
+  for (const StoredDtype& stored : stored_dtypes) {
+    if (stored.dtype == dtype) return stored;
+  }
+  return stored_dtypes.front();  // unreachable for the dtypes with a file name
 }
 
 /// Element i of little-endian `Bits` at `source` (any alignment).
@@ -97,35 +178,35 @@ void decode_ieee(const std::byte* source, index_t count, Scalar* target) {
 }
 
 /// target[0 … count) = the `count` stored values at `source`, converted to Scalar (F16 and BF16
-/// exactly; F64 into float rounds to nearest). `kind` is one of the four dissect reads.
+/// exactly; F64 into float rounds to nearest). `dtype` is one of convertible_dtypes.
 template <class Scalar>
-void decode_values(const std::byte* source, StoredKind kind, index_t count, Scalar* target) {
-  switch (kind) {
-    case StoredKind::f32:
+void decode_values(const std::byte* source, Dtype dtype, index_t count, Scalar* target) {
+  switch (dtype) {
+    case Dtype::fp32:
       decode_ieee<float, std::uint32_t>(source, count, target);
       break;
-    case StoredKind::f64:
+    case Dtype::fp64:
       decode_ieee<double, std::uint64_t>(source, count, target);
       break;
-    case StoredKind::f16:
+    case Dtype::fp16:
       for (index_t i = 0; i < count; ++i) {
         target[i] = static_cast<Scalar>(fp16_to_float(load_bits<std::uint16_t>(source, i)));
       }
       break;
-    case StoredKind::bf16:
+    case Dtype::bf16:
       for (index_t i = 0; i < count; ++i) {
         target[i] = static_cast<Scalar>(bf16_to_float(load_bits<std::uint16_t>(source, i)));
       }
       break;
-    case StoredKind::other:
+    default:  // not convertible: the callers refused it
       break;
   }
 }
 
-/// target = `count` values from `source` stored as `kind` (F16 and BF16 rounded once, to
-/// nearest even). `target` holds count · bytes(kind) bytes.
+/// target = `count` values from `source` stored as `dtype` (F16 and BF16 rounded once, to
+/// nearest even). `dtype` is one of convertible_dtypes; `target` holds count · its size bytes.
 template <class Scalar>
-void encode_values(const Scalar* source, StoredKind kind, index_t count, std::byte* target) {
+void encode_values(const Scalar* source, Dtype dtype, index_t count, std::byte* target) {
   const auto each = [&](auto convert) {
     for (index_t i = 0; i < count; ++i) {
       const auto bits = convert(source[i]);
@@ -144,20 +225,20 @@ void encode_values(const Scalar* source, StoredKind kind, index_t count, std::by
     else
       return float_to_bf16(x);
   };
-  switch (kind) {
-    case StoredKind::f32:
+  switch (dtype) {
+    case Dtype::fp32:
       each([](Scalar x) { return std::bit_cast<std::uint32_t>(static_cast<float>(x)); });
       break;
-    case StoredKind::f64:
+    case Dtype::fp64:
       each([](Scalar x) { return std::bit_cast<std::uint64_t>(static_cast<double>(x)); });
       break;
-    case StoredKind::f16:
+    case Dtype::fp16:
       each(fp16);
       break;
-    case StoredKind::bf16:
+    case Dtype::bf16:
       each(bf16);
       break;
-    case StoredKind::other:
+    default:  // not convertible: the callers refused it
       break;
   }
 }
