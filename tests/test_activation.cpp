@@ -16,7 +16,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_activation {
 
 using testing::random_tensor;
 
@@ -337,5 +337,5 @@ TEST(ActivationErrors, UnknownActivationIsAnError) {
   EXPECT_STREQ(to_string(bogus), "unknown");
 }
 
-}  // namespace
+}  // namespace test_activation
 }  // namespace dissect

@@ -22,7 +22,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_api_fuzz {
 
 /// What the test believes the layer holds.
 struct Reference {
@@ -374,5 +374,5 @@ TEST(ApiFuzz, BlocksThatThrowChangeNothing) {
   }
 }
 
-}  // namespace
+}  // namespace test_api_fuzz
 }  // namespace dissect

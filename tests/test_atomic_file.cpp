@@ -22,7 +22,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_atomic_file {
 
 using testing::contains;
 
@@ -251,5 +251,5 @@ TEST_F(AtomicFileTest, SameFileComparesDeviceAndInode) {
   EXPECT_FALSE(io::same_file(directory_ / "new", directory_ / "newer"));
 }
 
-}  // namespace
+}  // namespace test_atomic_file
 }  // namespace dissect

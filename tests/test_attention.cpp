@@ -13,7 +13,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_attention {
 
 using testing::FloatAndDouble;
 
@@ -193,5 +193,5 @@ TEST(AttentionErrors, EveryShapeThatDoesNotFitIsNamed) {
                     ShapeError, "dout must have q's shape");
 }
 
-}  // namespace
+}  // namespace test_attention
 }  // namespace dissect

@@ -12,11 +12,12 @@
 #include <string>
 
 #include "support/fixture.hpp"
+#include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_blocks {
 
 using testing::gradcheck;
 using testing::random_tensor;
@@ -420,16 +421,7 @@ TEST(Blocks, EmptyBatchesAndSequencesAreValid) {
 
 // ---- PyTorch fixtures ---------------------------------------------------------------------------
 
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> tensor_from(const testing::FixtureTensor& source) {
-  if (source.rank() != static_cast<std::int64_t>(Rank)) {
-    throw std::runtime_error("fixture tensor has rank " + std::to_string(source.rank()));
-  }
-  Shape<Rank> shape{};
-  std::copy(source.shape.begin(), source.shape.end(), shape.begin());
-  return Tensor<Scalar, Rank>(shape,
-                              std::vector<Scalar>(source.values.begin(), source.values.end()));
-}
+using testing::tensor_from;
 
 template <class Scalar>
 void load(Linear<Scalar>& layer, const testing::Fixture& fixture, const std::string& suffix) {
@@ -893,5 +885,5 @@ static_assert(!backward_accepts<QKVProjection<float>, Tensor<float, 3>, Tensor<f
                                 Tensor<float, 3>, Tensor<float, 3>>);
 static_assert(!backward_accepts<AttentionOutput<float>, Tensor<float, 4>, Tensor<float, 4>>);
 
-}  // namespace
+}  // namespace test_blocks
 }  // namespace dissect

@@ -14,7 +14,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_budget {
 
 constexpr index_t kMax = std::numeric_limits<index_t>::max();
 
@@ -378,11 +378,11 @@ TEST(Format, BytesInDecimalAndBinaryUnits) {
   EXPECT_EQ(format_decimal_bytes(112'000'000'000), "112 GB");
 }
 
-}  // namespace
+}  // namespace test_budget
 }  // namespace dissect
 
 namespace dissect {
-namespace {
+namespace test_budget {
 
 TEST(TensorParallelBudget, OneDeviceHoldsEverythingAndPDevicesAShare) {
   BudgetInputs inputs;
@@ -409,5 +409,5 @@ TEST(TensorParallelBudget, RanksThatDoNotDivideTheHeadsAreAConfigError) {
   EXPECT_NO_THROW(tensor_parallel_budget(b, 8192, 8));
 }
 
-}  // namespace
+}  // namespace test_budget
 }  // namespace dissect

@@ -11,7 +11,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_checkpoint {
 
 class CheckpointTest : public ::testing::Test {
  protected:
@@ -148,5 +148,5 @@ TEST_F(CheckpointTest, DirectoriesWithoutOneObviousFile) {
   EXPECT_EQ(Checkpoint(two).path(), two / "a.safetensors") << "the only file is the one";
 }
 
-}  // namespace
+}  // namespace test_checkpoint
 }  // namespace dissect

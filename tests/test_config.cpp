@@ -13,7 +13,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_config {
 
 TransformerConfig small_config() {
   TransformerConfig config;
@@ -235,5 +235,5 @@ TEST(Presets, ToyIsTheLessonsExercise) {
   EXPECT_FALSE(c.bias);
 }
 
-}  // namespace
+}  // namespace test_config
 }  // namespace dissect

@@ -14,7 +14,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_count {
 
 // ---- the estimate -------------------------------------------------------------------------------
 
@@ -255,5 +255,5 @@ TEST(CountParameters, IsTheSumOverWeightMatricesPlusNorms) {
   }
 }
 
-}  // namespace
+}  // namespace test_count
 }  // namespace dissect

@@ -13,7 +13,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_dtype {
 
 constexpr index_t kMax = std::numeric_limits<index_t>::max();
 
@@ -101,5 +101,5 @@ TEST(BytesFor, Q4_0RoundsUpToWholeBlocks) {
                     "weights: overflows int64");
 }
 
-}  // namespace
+}  // namespace test_dtype
 }  // namespace dissect

@@ -19,7 +19,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_embedding {
 
 using testing::random_tensor;
 using testing::snapshot;
@@ -325,5 +325,5 @@ TEST(EmbeddingErrors, ImpossibleConstructionsAndWeights) {
   EXPECT_TENSOR_EQ(layer.weight(), weight);
 }
 
-}  // namespace
+}  // namespace test_embedding
 }  // namespace dissect

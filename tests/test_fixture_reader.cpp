@@ -18,7 +18,7 @@
 
 namespace fx = dissect::testing;
 
-namespace {
+namespace test_fixture_reader {
 
 // Linear recomputed in double from a fixture's (float32 or float64) inputs. Each output also
 // gets the sum of |terms| of its dot product: rounding error is proportional to that, not to the
@@ -148,8 +148,6 @@ std::string error_of(const std::filesystem::path& path) {
   ADD_FAILURE() << "read_fixture(" << path << ") did not throw";
   return "";
 }
-
-}  // namespace
 
 TEST(FixtureReader, ReadsSmallLinearCase) {
   const fx::Fixture f =
@@ -288,3 +286,5 @@ TEST(FixtureReader, ListFixturesRejectsMissingDirectory) {
   EXPECT_THROW(fx::read_fixture(fx::fixture_dir("linear") / "no_such_case.txt"),
                std::runtime_error);
 }
+
+}  // namespace test_fixture_reader

@@ -17,7 +17,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_forward_chain {
 
 TEST(ForwardShapeChain, Gpt2SmallFollowsTheLessonsTable) {
   const ShapeChain chain = forward_shape_chain(find_preset("gpt2-small").config, 1, 1024);
@@ -197,5 +197,5 @@ TEST(ForwardShapeChain, TotalIsForwardFlopsAndTheBudgetsPrefillForEveryPreset) {
   }
 }
 
-}  // namespace
+}  // namespace test_forward_chain
 }  // namespace dissect

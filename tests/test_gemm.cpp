@@ -12,10 +12,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
-#include <new>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -28,44 +26,12 @@
 #include "dissect/linear.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/transforms/quantize.hpp"
+#include "support/allocation_counter.hpp"
 #include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"
 
-// ---- counting allocations -----------------------------------------------------------------------
-// Every operator new in this binary counts while `counting` is set: the training products must
-// allocate nothing once their workspace has grown.
-namespace {
-std::atomic<bool> counting{false};
-std::atomic<long> allocations{0};
-}  // namespace
-
-// malloc and free behind new and delete: GCC's -Wmismatched-new-delete cannot see they pair.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(std::size_t size) {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1);
-  if (void* p = std::malloc(size ? size : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) {
-  return operator new(size);
-}
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p, std::size_t) noexcept {
-  std::free(p);
-}
-
 namespace dissect {
-namespace {
+namespace test_gemm {
 
 using quant::KernelPath;
 
@@ -492,12 +458,11 @@ TEST(TrainingProducts, AllocateNothingOnceWarm) {
     linear_backward<float>(x, w, dy, dx, dw, VectorMap<float>(db.data(), out));
   };
   step();  // grows this thread's workspace
-  allocations = 0;
-  counting = true;
+  const long before = testing::allocation_count();
   for (int i = 0; i < 3; ++i) step();
-  counting = false;
+  const long allocations = testing::allocation_count() - before;
   if (gemm_kernel_path() != KernelPath::scalar) {
-    EXPECT_EQ(allocations.load(), 0);
+    EXPECT_EQ(allocations, 0);
   }
 }
 
@@ -631,5 +596,5 @@ TEST(PackedModels, PackedLogitsMatchUnpackedForGpt2AndLlama) {
   }
 }
 
-}  // namespace
+}  // namespace test_gemm
 }  // namespace dissect

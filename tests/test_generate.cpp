@@ -11,7 +11,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_generate {
 
 TransformerConfig small_llama() {
   return testing::small_llama(29);
@@ -68,5 +68,5 @@ TEST(GenerateErrors, BadPromptsAndOptionsAreRefused) {
                     ConfigError, "generate: top_k must be >= 0");
 }
 
-}  // namespace
+}  // namespace test_generate
 }  // namespace dissect

@@ -19,7 +19,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_gradcheck {
 
 using testing::gradcheck;
 using testing::GradcheckOptions;
@@ -281,5 +281,5 @@ TEST(Gradcheck, MismatchedAnalyticGradientThrowsWithBothShapes) {
                     "analytic gradient has 11 elements, shape [11] but values have 12");
 }
 
-}  // namespace
+}  // namespace test_gradcheck
 }  // namespace dissect

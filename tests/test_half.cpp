@@ -14,7 +14,7 @@
 #include "dissect/numeric/half.hpp"
 
 namespace dissect {
-namespace {
+namespace test_half {
 
 constexpr std::uint32_t bits_of(float x) {
   return std::bit_cast<std::uint32_t>(x);
@@ -255,5 +255,5 @@ TEST(Bf16, SpecialValues) {
   EXPECT_EQ(double_to_bf16(std::numeric_limits<double>::denorm_min()), 0x0000);
 }
 
-}  // namespace
+}  // namespace test_half
 }  // namespace dissect

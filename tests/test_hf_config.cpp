@@ -8,7 +8,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_hf_config {
 
 nlohmann::json gpt2_json() {
   return {{"model_type", "gpt2"}, {"n_embd", 32},
@@ -98,5 +98,5 @@ TEST(HfConfigErrors, EveryBadKeyIsNamedWithTheFile) {
                     "no/such/config.json: cannot open");
 }
 
-}  // namespace
+}  // namespace test_hf_config
 }  // namespace dissect

@@ -20,7 +20,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_huggingface {
 
 namespace fs = std::filesystem;
 
@@ -235,5 +235,5 @@ TEST(ModelFile, ConfigJsonRoundTripsEveryField) {
                     "f: \"norm\" is not a known value (got \"batch_norm\")");
 }
 
-}  // namespace
+}  // namespace test_huggingface
 }  // namespace dissect

@@ -10,7 +10,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_init {
 
 TEST(Generator, ReproducesSplitMix64ReferenceVectors) {
   // The reference implementation's outputs (Vigna's splitmix64.c) for seed 1234567 and seed 0.
@@ -176,5 +176,5 @@ TEST(Init, ManualSeedRestartsTheDefaultSeedSequence) {
   EXPECT_NE(first, second);
 }
 
-}  // namespace
+}  // namespace test_init
 }  // namespace dissect

@@ -8,7 +8,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_kernels {
 
 using testing::gamma;
 using testing::random_tensor;
@@ -66,7 +66,7 @@ void check_against_naive(index_t rows, index_t in, index_t out, bool with_bias,
 TYPED_TEST(Kernels, AgreeWithNaiveOnAThousandRandomShapes) {
   std::mt19937_64 engine(20261129);
   std::uniform_int_distribution<index_t> dim(0, 64);
-  for (int i = 0; i < 1000; ++i) {
+  for (int i = 0; i < testing::sweep_trials(1000); ++i) {
     check_against_naive<TypeParam>(dim(engine), dim(engine), dim(engine), engine() % 4 != 0,
                                    engine);
     if (::testing::Test::HasFailure()) return;  // one report is enough
@@ -121,5 +121,5 @@ TEST(TestPrelude, EigenAssertionsThrowInTests) {
   EXPECT_THROW((void)(a * b).eval(), dissect::testing::EigenAssertionFired);
 }
 
-}  // namespace
+}  // namespace test_kernels
 }  // namespace dissect

@@ -10,7 +10,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_kv_cache {
 
 TransformerConfig small_config() {
   return {.d_model = 16,
@@ -120,5 +120,5 @@ TEST(KVCacheErrors, ImpossibleCachesAreConfigErrors) {
   EXPECT_THROW_WITH(KVCache<float>(bad, 1), ConfigError, "n_kv_heads 3 does not divide n_heads 4");
 }
 
-}  // namespace
+}  // namespace test_kv_cache
 }  // namespace dissect

@@ -10,11 +10,12 @@
 #include <thread>
 
 #include "support/fixture.hpp"
+#include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_linear {
 
 using testing::gradcheck;
 using testing::random_tensor;
@@ -374,16 +375,7 @@ TYPED_TEST(LinearAlgebra, HandWrittenFormulaAgreesExactly) {
 // ---- PyTorch fixtures
 // ----------------------------------------------------------------------------
 
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> tensor_from(const testing::FixtureTensor& source) {
-  if (source.rank() != static_cast<std::int64_t>(Rank)) {
-    throw std::runtime_error("fixture tensor has rank " + std::to_string(source.rank()));
-  }
-  Shape<Rank> shape{};
-  std::copy(source.shape.begin(), source.shape.end(), shape.begin());
-  std::vector<Scalar> values(source.values.begin(), source.values.end());
-  return Tensor<Scalar, Rank>(shape, values);
-}
+using testing::tensor_from;
 
 /// Σ over a reduction of |a|·|b|, as a matrix product of absolute values in double: the scale
 /// against which γ_L bounds the rounding error of each output element.
@@ -508,5 +500,5 @@ TEST(Linear, EightThreadsShareOneConstLayerBitwise) {  // row 19
   for (int t = 0; t < 8; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
 }
 
-}  // namespace
+}  // namespace test_linear
 }  // namespace dissect

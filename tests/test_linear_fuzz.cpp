@@ -11,7 +11,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_linear_fuzz {
 
 template <class Scalar>
 class Fuzz {
@@ -115,5 +115,5 @@ TYPED_TEST(LinearFuzz, HundredThousandIterationsEndInErrorsOrAgreement) {
   }
 }
 
-}  // namespace
+}  // namespace test_linear_fuzz
 }  // namespace dissect

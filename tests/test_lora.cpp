@@ -25,7 +25,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_lora {
 
 using testing::FloatAndDouble;
 using testing::random_ids;
@@ -350,40 +350,6 @@ TEST(LoRALinear, RefusesBadOptionsAndShapes) {
   EXPECT_THROW_WITH(other.unmerge_adapter(), Error, "no LoRA adapter");
 }
 
-// ---- freezing -----------------------------------------------------------------------------------
-
-TEST(Freeze, FrozenLayersKeepNoGradientAndOptimizersSkipThem) {
-  GPT2Model<float> model(small_gpt2(), {.seed = 1});
-  const index_t total = model.parameter_count();
-  EXPECT_EQ(trainable_parameter_count(model), total);
-  freeze(model);
-  EXPECT_EQ(model.parameter_count(), total);  // PyTorch's numel over all parameters
-  EXPECT_EQ(trainable_parameter_count(model), 0);
-  EXPECT_TRUE(parameters_of(model).empty());
-  EXPECT_THROW_WITH((void)model.token_embedding().weight_grad(), Error, "frozen");
-  // A frozen model still runs backward (dx only, nowhere to add).
-  const auto ids = random_ids(2 * 5, 23, 7);
-  typename GPT2Model<float>::Cache cache;
-  EXPECT_NO_THROW(model.loss_and_backward({ids, 2, 5}, ids, cache));
-  unfreeze(model);
-  EXPECT_EQ(trainable_parameter_count(model), total);
-  EXPECT_EQ(model.token_embedding().weight_grad().matrix().cwiseAbs().maxCoeff(), 0.0f);
-}
-
-TEST(Freeze, ForEachLayerNamesEveryLeafByItsModulePath) {
-  GPT2Model<float> model(small_gpt2(), {.seed = 1});
-  std::vector<std::string> linears, all;
-  for_each_layer(model, [&](const std::string& path, Linear<float>&) { linears.push_back(path); });
-  for_each_layer(model, [&](const std::string& path, auto&) { all.push_back(path); });
-  EXPECT_EQ(linears, (std::vector<std::string>{"h.0.attn.qkv", "h.0.attn.proj", "h.0.mlp.up",
-                                               "h.0.mlp.down", "h.1.attn.qkv", "h.1.attn.proj",
-                                               "h.1.mlp.up", "h.1.mlp.down"}));
-  EXPECT_EQ(all.front(), "wte");
-  EXPECT_EQ(all[1], "wpe");
-  EXPECT_EQ(all[2], "h.0.ln_1");
-  EXPECT_EQ(all.back(), "ln_f");  // the tied head is the embedding, visited once
-}
-
 // ---- adapters in models -------------------------------------------------------------------------
 
 /// The mean cross-entropy of `model` on fixed tokens.
@@ -537,5 +503,5 @@ TEST(LoRAModels, TargetsMatchWholeNamesOrTheWholePattern) {
   EXPECT_FALSE(lora_targets(pattern, "xh.1.attn.qkv"));
 }
 
-}  // namespace
+}  // namespace test_lora
 }  // namespace dissect

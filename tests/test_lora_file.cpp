@@ -18,7 +18,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_lora_file {
 
 using testing::random_ids;
 using testing::small_gpt2;
@@ -123,5 +123,5 @@ TEST(LoRAFile, RefusesFilesThatDoNotFitAndChangesNothing) {
   EXPECT_THROW_WITH(save_adapters(dir / "none.safetensors", plain), Error, "no LoRA adapter");
 }
 
-}  // namespace
+}  // namespace test_lora_file
 }  // namespace dissect

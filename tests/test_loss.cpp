@@ -12,11 +12,12 @@
 #include <vector>
 
 #include "support/fixture.hpp"
+#include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_loss {
 
 using testing::gamma;
 using testing::random_tensor;
@@ -117,13 +118,7 @@ ExpectedLoss<Scalar> expected_loss(const Tensor<Scalar, 2>& logits,
 
 // ---- PyTorch fixtures ---------------------------------------------------------------------------
 
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> tensor_from(const testing::FixtureTensor& t) {
-  Shape<Rank> shape{};
-  for (std::size_t i = 0; i < Rank; ++i) shape[i] = t.shape.at(i);
-  std::vector<Scalar> values(t.values.begin(), t.values.end());
-  return Tensor<Scalar, Rank>(shape, values);
-}
+using testing::tensor_from;
 
 template <class Scalar>
 void check_loss_fixture(const testing::Fixture& f) {
@@ -438,5 +433,5 @@ TEST(LossErrors, BadOutputBufferThrowsAndNothingIsWritten) {
   EXPECT_TENSOR_EQ(d, before);
 }
 
-}  // namespace
+}  // namespace test_loss
 }  // namespace dissect

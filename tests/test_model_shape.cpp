@@ -13,7 +13,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_model_shape {
 
 std::vector<std::string> names_of(const std::vector<WeightMatrix>& matrices) {
   std::vector<std::string> names;
@@ -158,5 +158,5 @@ TEST(ForwardFlops, BadInputAndOverflow) {
       OverflowError, "forward_flops linear: overflows int64");
 }
 
-}  // namespace
+}  // namespace test_model_shape
 }  // namespace dissect

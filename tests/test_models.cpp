@@ -21,7 +21,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_models {
 
 using testing::FloatAndDouble;
 
@@ -470,5 +470,5 @@ TEST(ModelErrors, RefusedTrainingCallsChangeNoParameterOrGradient) {
   EXPECT_EQ(state_of(model), before);
 }
 
-}  // namespace
+}  // namespace test_models
 }  // namespace dissect

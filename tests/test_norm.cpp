@@ -16,11 +16,12 @@
 #include "dissect/optim.hpp"
 #include "dissect/sequential.hpp"
 #include "support/fixture.hpp"
+#include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_norm {
 
 using testing::gradcheck;
 using testing::random_tensor;
@@ -137,14 +138,7 @@ NormBounds norm_bounds(bool centered, double eps, const Tensor<double, 2>& x,
   return b;
 }
 
-template <class Scalar, std::size_t Rank>
-Tensor<Scalar, Rank> tensor_from(const testing::FixtureTensor& t) {
-  EXPECT_EQ(t.rank(), static_cast<std::int64_t>(Rank));
-  Shape<Rank> shape{};
-  for (std::size_t axis = 0; axis < Rank; ++axis) shape[axis] = t.shape[axis];
-  std::vector<Scalar> values(t.values.begin(), t.values.end());
-  return Tensor<Scalar, Rank>(shape, values);
-}
+using testing::tensor_from;
 
 /// [..., D] as double rows [rows, D].
 template <class Scalar, std::size_t Rank>
@@ -480,5 +474,5 @@ TEST(NormErrors, OutputBufferMustFitAndNotAlias) {
   norm.forward_into(x, y);  // and a fitting buffer works
 }
 
-}  // namespace
+}  // namespace test_norm
 }  // namespace dissect

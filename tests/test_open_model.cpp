@@ -22,7 +22,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_open_model {
 
 namespace fs = std::filesystem;
 using testing::contains;
@@ -253,5 +253,5 @@ TEST(DetectCheckpointErrors, AKindOutsideTheEnumIsNamed) {
                     "CheckpointKind(17) is not a checkpoint kind");
 }
 
-}  // namespace
+}  // namespace test_open_model
 }  // namespace dissect

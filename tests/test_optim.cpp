@@ -7,57 +7,19 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <new>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "support/fixture.hpp"
+#include "support/allocation_counter.hpp"
 #include "support/tensor_testing.hpp"
 
-// Counts global allocations so a test can prove step() makes none. Replacing operator new is
-// program-wide; it only counts, and forwards to malloc. GCC flags free() on memory from an
-// operator new it has inlined, not knowing that both halves are replaced together.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-namespace {
-std::atomic<long> allocation_count{0};
-}  // namespace
-void* operator new(std::size_t size) {
-  allocation_count.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size ? size : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t size, std::align_val_t alignment) {
-  allocation_count.fetch_add(1, std::memory_order_relaxed);
-  const auto align = static_cast<std::size_t>(alignment);
-  if (void* p = std::aligned_alloc(align, (size + align - 1) / align * align + align)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::align_val_t) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
-  std::free(p);
-}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 namespace dissect {
-namespace {
+namespace test_optim {
 
 using testing::unit_roundoff;
 
@@ -385,13 +347,13 @@ TYPED_TEST(OptimTyped, StepAllocatesNothing) {
   Linear<S> a(64, 32, {.seed = 1}), b(32, 10, {.seed = 2});
   Sgd<S> sgd(parameters(a, b), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
   AdamW<S> adamw(parameters(a, b), {});
-  const long before = allocation_count.load();
+  const long before = testing::allocation_count();
   for (int i = 0; i < 3; ++i) {
     sgd.step();
     adamw.step();
     sgd.zero_grad();
   }
-  EXPECT_EQ(allocation_count.load(), before);
+  EXPECT_EQ(testing::allocation_count(), before);
 }
 
 TYPED_TEST(OptimTyped, EmptyListsAndEmptyParametersAreFine) {
@@ -476,5 +438,5 @@ TEST(OptimErrors, MalformedReferences) {
                     "parameter: \"w\" has shape [1, 3] but its gradient has shape [3, 1]");
 }
 
-}  // namespace
+}  // namespace test_optim
 }  // namespace dissect

@@ -21,7 +21,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_quant {
 
 using testing::gamma;
 
@@ -433,5 +433,5 @@ TEST(QuantizedModel, AFailureLeavesTheModelAsItWas) {
   EXPECT_EQ(quantize_model(model, WeightFormat::bf16).size(), 2u * 4u);  // tied head stays
 }
 
-}  // namespace
+}  // namespace test_quant
 }  // namespace dissect

@@ -13,10 +13,12 @@
 #include <vector>
 
 #include "dissect/numeric/half.hpp"
+// A white-box test of private kernels: it may include their detail headers.
+#define DISSECT_PUBLIC_HEADER
 #include "dissect/quant/detail/quant_kernels.hpp"
 #include "dissect/quant/kernel_path.hpp"
 
-namespace {
+namespace test_quant_kernels {
 
 using dissect::index_t;
 using dissect::quant::KernelPath;
@@ -548,4 +550,4 @@ TEST(QuantKernels, EmptyProductsDoNothing) {
   for (float v : y) EXPECT_EQ(v, -7.0f);
 }
 
-}  // namespace
+}  // namespace test_quant_kernels

@@ -14,7 +14,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_quantized_file {
 
 TEST(QuantizedFile, EveryFormatRoundTripsBitForBit) {
   testing::TemporaryDirectory dir;
@@ -124,5 +124,5 @@ TEST(QuantizedFile, RefusedFilesNameTheTensor) {
       "is not {\"layers\": {path: format}}");
 }
 
-}  // namespace
+}  // namespace test_quantized_file
 }  // namespace dissect

@@ -18,7 +18,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_rope {
 
 using testing::random_tensor;
 using testing::snapshot;
@@ -279,5 +279,5 @@ TEST(RopeErrors, WrongWidthsAndBuffersAreShapeErrorsAndWriteNothing) {
   EXPECT_TENSOR_EQ(buffer, before);
 }
 
-}  // namespace
+}  // namespace test_rope
 }  // namespace dissect

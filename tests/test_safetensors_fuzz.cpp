@@ -23,7 +23,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_safetensors_fuzz {
 
 using Bytes = std::vector<std::byte>;
 
@@ -310,5 +310,5 @@ TEST(SafetensorsFuzz, MutatedFilesLoadExactlyOrThrowTheLibrarysError) {
   EXPECT_GT(refused, iterations / 2);
 }
 
-}  // namespace
+}  // namespace test_safetensors_fuzz
 }  // namespace dissect

@@ -10,7 +10,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_sampling {
 
 TEST(Sampling, GreedyAndTopOneTakeTheFirstLargest) {
   const std::vector<float> logits{0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
@@ -80,5 +80,5 @@ TEST(SamplingErrors, BadOptionsAndNanLogitsAreRefused) {
                     "top_k must be >= 0 (got -2)");
 }
 
-}  // namespace
+}  // namespace test_sampling
 }  // namespace dissect

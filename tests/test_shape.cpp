@@ -6,7 +6,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_shape {
 
 TEST(Shape, FormatsLikeTheMessagesPrintIt) {
   EXPECT_EQ(format_shape(Shape<3>{2, 5, 768}), "[2, 5, 768]");
@@ -45,5 +45,5 @@ TEST(Shape, OverflowIsAShapeErrorNotAWrappedNumber) {
   EXPECT_EQ(checked_mul(1LL << 31, 1LL << 31, "ok"), 1LL << 62);
 }
 
-}  // namespace
+}  // namespace test_shape
 }  // namespace dissect

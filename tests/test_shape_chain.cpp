@@ -16,7 +16,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_shape_chain {
 
 /// what() of the ShapeError `action` throws, so a whole message can be compared at once.
 template <class Action>
@@ -300,5 +300,5 @@ TEST(ShapeChainRecord, BadCostsAreErrorsAndRecordNothing) {
   EXPECT_TRUE(layered.steps().empty());
 }
 
-}  // namespace
+}  // namespace test_shape_chain
 }  // namespace dissect

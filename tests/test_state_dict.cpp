@@ -19,7 +19,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_state_dict {
 
 using Mlp = Sequential<Linear<float>, ReLU, Linear<float>>;
 Mlp make_mlp(std::uint64_t seed) {
@@ -241,5 +241,5 @@ TEST_F(StateDictTest, AShardedCheckpointFillsAModel) {
   EXPECT_EQ(bits_of(loaded), bits_of(saved));
 }
 
-}  // namespace
+}  // namespace test_state_dict
 }  // namespace dissect

@@ -9,7 +9,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
-namespace {
+namespace test_tensor {
 
 using testing::random_tensor;
 
@@ -127,11 +127,11 @@ TEST(Tensor, PrintsShapeAndTruncatedValues) {
   EXPECT_EQ(out.str(), "Tensor<float>[2, 4] {0, 0, 0, 0, 0, 0, … (8 values)}");
 }
 
-}  // namespace
+}  // namespace test_tensor
 }  // namespace dissect
 
 namespace dissect {
-namespace {
+namespace test_tensor {
 
 // ---- views and the hostile-caller fixes (docs/reliability.md rows 9, 10, 20 and class 7) ------
 
@@ -196,5 +196,5 @@ TEST(Tensor, AllcloseTreatsEqualInfinitiesAsClose) {  // as torch.allclose
   EXPECT_FALSE(allclose(nan, nan));
 }
 
-}  // namespace
+}  // namespace test_tensor
 }  // namespace dissect

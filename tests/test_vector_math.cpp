@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "dissect/activation.hpp"
+// A white-box test of private kernels: it may include their detail headers.
+#define DISSECT_PUBLIC_HEADER
 #include "dissect/kernels/detail/vector_math_avx2.hpp"
 #include "dissect/kernels/detail/vector_math_avx512.hpp"
 #include "dissect/kernels/detail/vector_math_bounds.hpp"
@@ -33,7 +35,7 @@
 
 #if DISSECT_X86
 
-namespace {
+namespace test_vector_math {
 
 using dissect::Activation;
 using dissect::quant::KernelPath;
@@ -399,7 +401,7 @@ TEST(VectorMathPaths, Avx2AndAvx512AgreeBitForBit) {
   }
 }
 
-}  // namespace
+}  // namespace test_vector_math
 
 #else
 

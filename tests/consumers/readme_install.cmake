@@ -49,7 +49,7 @@ endif()
 
 # The find_package consumer against that prefix.
 run("configure the find_package consumer" ${CMAKE_COMMAND} -S ${CONSUMER_DIR}
-    -B ${WORK_DIR}/consumer -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release
+    -B ${WORK_DIR}/consumer -G ${GENERATOR} -DCMAKE_BUILD_TYPE=None
     -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix})
 run("build the find_package consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/consumer)
 run("run the find_package consumer" ${WORK_DIR}/consumer/consumer)

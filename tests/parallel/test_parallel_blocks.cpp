@@ -11,7 +11,7 @@
 #include "parallel/parallel_testing.hpp"
 
 namespace dissect::testing {
-namespace {
+namespace test_parallel_blocks {
 
 using parallel::ColumnParallelLinear;
 using parallel::ParallelAttention;
@@ -201,5 +201,5 @@ TEST(ParallelBlocks, InputsOfDifferentShapesAreAShapeErrorNotAHang) {
   EXPECT_EQ(max_abs_of(attention.qkv().local().weight_grad()), 0.0);
 }
 
-}  // namespace
+}  // namespace test_parallel_blocks
 }  // namespace dissect::testing

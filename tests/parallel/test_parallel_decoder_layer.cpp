@@ -21,7 +21,7 @@
 #include "support/small_models.hpp"
 
 namespace dissect::testing {
-namespace {
+namespace test_parallel_decoder_layer {
 
 using parallel::ParallelDecoderLayer;
 
@@ -305,5 +305,5 @@ TEST(ParallelDecoderLayer, AMissingOrMisshapenTensorIsTheSameErrorOnEveryRank) {
   }
 }
 
-}  // namespace
+}  // namespace test_parallel_decoder_layer
 }  // namespace dissect::testing

@@ -11,7 +11,7 @@
 #include "parallel/parallel_testing.hpp"
 
 namespace dissect::testing {
-namespace {
+namespace test_parallel_linear {
 
 using parallel::ColumnParallelLinear;
 using parallel::RowParallelLinear;
@@ -233,5 +233,5 @@ TEST(ParallelLinearSlices, ASliceOfTheWrongSizeIsTheSameShapeErrorOnEveryRank) {
       ConfigError, "plain bias-free Linear");
 }
 
-}  // namespace
+}  // namespace test_parallel_linear
 }  // namespace dissect::testing

@@ -1,12 +1,16 @@
 // Small GPT-2 and LLaMA configurations for the algebraic model tests (a few thousand
-// parameters: fast in double, big enough to have every part), and random token ids.
+// parameters: fast in double, big enough to have every part), random token ids, and the small
+// MLP the module and Sequential tests compose.
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "dissect/activation.hpp"
 #include "dissect/config.hpp"
+#include "dissect/linear.hpp"
+#include "dissect/sequential.hpp"
 
 namespace dissect::testing {
 
@@ -46,6 +50,15 @@ inline std::vector<index_t> random_ids(std::size_t count, index_t vocab, std::ui
   std::vector<index_t> ids(count);
   for (auto& id : ids) id = pick(engine);
   return ids;
+}
+
+/// nn.Sequential(Linear(5, 7), ReLU(), Linear(7, 3, bias=False)) in double.
+using SmallMlp = Sequential<Linear<double>, ReLU, Linear<double>>;
+
+/// A SmallMlp whose layers are initialised from `seed` and `seed + 1`.
+inline SmallMlp small_mlp(std::uint64_t seed) {
+  return SmallMlp(Linear<double>(5, 7, {.seed = seed}), ReLU{},
+                  Linear<double>(7, 3, {.bias = false, .seed = seed + 1}));
 }
 
 }  // namespace dissect::testing

@@ -10,7 +10,7 @@
 #include "tools/common/byte_vocab.hpp"
 
 namespace dissect::tools {
-namespace {
+namespace test_byte_vocab {
 
 TEST(ByteVocab, IdsAscendWithTheDistinctBytesOfTheText) {
   const auto vocab = ByteVocab::of_text("baa\n\xC3\xA9");
@@ -39,5 +39,5 @@ TEST(ByteVocab, RefusesMalformedMetadata) {
   }
 }
 
-}  // namespace
+}  // namespace test_byte_vocab
 }  // namespace dissect::tools

@@ -14,7 +14,7 @@
 #include "tools/common/table.hpp"
 
 namespace dissect::tools {
-namespace {
+namespace test_chain_table {
 
 TEST(TextTable, WidthsCountCodePointsNotBytes) {
   EXPECT_EQ(display_width("abc"), 3u);
@@ -120,5 +120,5 @@ TEST(ChainTable, ToyForwardChainPrintsExactly) {
   EXPECT_EQ(chain_table(forward_shape_chain(toy, 2, 5)), expected);
 }
 
-}  // namespace
+}  // namespace test_chain_table
 }  // namespace dissect::tools

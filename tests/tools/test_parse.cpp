@@ -11,7 +11,7 @@
 #include "support/tensor_testing.hpp"
 
 namespace dissect::tools {
-namespace {
+namespace test_parse {
 
 TEST(ParseDtype, CanonicalNamesRoundTrip) {
   for (Dtype d : {Dtype::fp32, Dtype::fp16, Dtype::bf16, Dtype::fp8, Dtype::int8, Dtype::int4,
@@ -194,5 +194,5 @@ TEST(ParseFraction, PlainOrPercent) {
   EXPECT_THROW_WITH(parse_fraction("some", "--reserve"), ConfigError, "--reserve: cannot read");
 }
 
-}  // namespace
+}  // namespace test_parse
 }  // namespace dissect::tools
