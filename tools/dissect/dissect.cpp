@@ -517,8 +517,24 @@ int run_quantize(Model& model, const dissect::DetectedCheckpoint& source,
   return exit_ok;
 }
 
+// The output must not be a file the checkpoint was read from: the input would be gone (or, for
+// a shard of a sharded checkpoint, the checkpoint left half replaced) when the write lands.
+void refuse_overwriting_the_input(const dissect::DetectedCheckpoint& source, const fs::path& out) {
+  std::vector<fs::path> inputs = {source.checkpoint.path()};
+  for (const auto& shard : source.checkpoint.shards()) inputs.push_back(shard.path());
+  if (!source.config_file.empty()) inputs.push_back(source.config_file);
+  for (const auto& input : inputs) {
+    if (dissect::io::same_file(input, out)) {
+      throw dissect::ConfigError(dissect::concat("quantize: output ", out.string(), " is ",
+                                                 input.string(),
+                                                 ", which the checkpoint is read from"));
+    }
+  }
+}
+
 int quantize(const QuantizeOptions& o) {
   const dissect::DetectedCheckpoint source = dissect::detect_checkpoint(o.input);
+  refuse_overwriting_the_input(source, o.output);
   return dissect::visit_model(
       source, [&](auto& model) { return run_quantize(model, source, o.format, o); }, "quantize");
 }
