@@ -20,12 +20,6 @@
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define DISSECT_TARGET_BF16 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
-// On the lane operations (simd_avx2.hpp, simd_avx512.hpp) and the other small helpers that the
-// kernel bodies written once for both instruction sets call where the intrinsics used to be
-// spelled out: inlined first, as the intrinsics themselves are, so that a kernel compiles to the
-// instructions it compiled to when written out. (Left to the heuristics, GCC 12 may keep a helper
-// that only prefetches out of line, deduce that it has no effect, and delete the call.)
-#define DISSECT_ALWAYS_INLINE __attribute__((always_inline))
 #else
 #define DISSECT_X86 0
 #endif

@@ -1,10 +1,10 @@
 // dissect/kernels/detail/vector_math_bounds.hpp — private: the constants the vectorised
-// activations (vector_math_body.hpp, compiled by vector_math_avx512.hpp and vector_math_avx2.hpp)
-// share, and the accuracy they are held to.
+// activations (vector_math_avx512.hpp, vector_math_avx2.hpp) share, and the accuracy they are
+// held to.
 //
-// Both instruction sets evaluate the same formulas (written once) with the same float
-// coefficients, in the same order, with one rounding per operation (FMA contracted explicitly), so
-// one bound covers both: a fused GEMM's test can use activation_bound(a) whichever path ran.
+// Both instruction sets evaluate the same formulas with the same float coefficients, in the same
+// order, with one rounding per operation (FMA contracted explicitly), so one bound covers both:
+// a fused GEMM's test can use activation_bound(a) whichever path ran.
 #pragma once
 
 #ifndef DISSECT_PUBLIC_HEADER

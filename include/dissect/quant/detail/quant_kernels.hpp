@@ -33,7 +33,6 @@
 
 #include <cstdint>
 #include <string_view>
-#include <type_traits>
 
 #include "dissect/error.hpp"
 #include "dissect/numeric/half.hpp"
@@ -142,70 +141,75 @@ inline void check_call(WeightFormat format, KernelPath path, const void* weights
   }
 }
 
-/// What check_call needs of a view: its format, and the two arrays that must not be null.
-struct ViewFacts {
-  WeightFormat format;
-  const void* weights;
-  const void* scales;
-};
-inline ViewFacts facts(const Bf16WeightsView& w) {
-  return {WeightFormat::bf16, w.bits, w.bits};
-}
-inline ViewFacts facts(const Int8WeightsView& w) {
-  return {WeightFormat::int8, w.values, w.scales};
-}
-inline ViewFacts facts(const Q4WeightsView& w) {
-  return {WeightFormat::q4_0, w.nibbles, w.scales};
-}
-
-/// quantized_matmul(path, w, …) for every format: the checks, then the path's kernel.
-template <class View>
-void quantized_matmul_on(KernelPath path, const View& w, const float* x, index_t ldx, index_t m,
-                         float* y, index_t ldy, const float* bias, int threads) {
-  const ViewFacts f = facts(w);
-  check_call(f.format, path, f.weights, f.scales, w.rows, w.cols, x, ldx, m, y, ldy, threads);
+inline void quantized_matmul(KernelPath path, const Bf16WeightsView& w, const float* x, index_t ldx,
+                             index_t m, float* y, index_t ldy, const float* bias, int threads) {
+  check_call(WeightFormat::bf16, path, w.bits, w.bits, w.rows, w.cols, x, ldx, m, y, ldy, threads);
   if (m == 0 || w.rows == 0) return;
   const Output out{y, ldy, bias};
   switch (path) {
 #if DISSECT_X86
     case KernelPath::avx2:
-      drive<Avx2Kernel<View>>({w, x, ldx, out}, m, w.rows, w.cols, threads);
+      drive<Bf16Avx2>({w, x, ldx, out}, m, w.rows, w.cols, threads);
       return;
     case KernelPath::avx512:
-      avx512_matmul(w, x, ldx, m, out, threads);
+      bf16_avx512(w, x, ldx, m, out, threads);
       return;
     case KernelPath::avx512_bf16:
-      if constexpr (std::is_same_v<View, Bf16WeightsView>) {
-        bf16_dot_matmul(w, x, ldx, m, out, threads);
-        return;
-      }
-      break;  // not reached: check_call refuses the path for other formats
-    case KernelPath::avx512_vnni:
-      if constexpr (!std::is_same_v<View, Bf16WeightsView>) {
-        vnni_matmul(w, x, ldx, m, out, threads);
-        return;
-      }
-      break;  // not reached: check_call refuses the path for bf16
+      bf16_dot(w, x, ldx, m, out, threads);
+      return;
 #endif
     default:
-      break;
+      scalar_matmul(w, x, ldx, m, y, ldy, bias);
+      return;
   }
-  scalar_matmul(w, x, ldx, m, y, ldy, bias);
-}
-
-inline void quantized_matmul(KernelPath path, const Bf16WeightsView& w, const float* x, index_t ldx,
-                             index_t m, float* y, index_t ldy, const float* bias, int threads) {
-  quantized_matmul_on(path, w, x, ldx, m, y, ldy, bias, threads);
 }
 
 inline void quantized_matmul(KernelPath path, const Int8WeightsView& w, const float* x, index_t ldx,
                              index_t m, float* y, index_t ldy, const float* bias, int threads) {
-  quantized_matmul_on(path, w, x, ldx, m, y, ldy, bias, threads);
+  check_call(WeightFormat::int8, path, w.values, w.scales, w.rows, w.cols, x, ldx, m, y, ldy,
+             threads);
+  if (m == 0 || w.rows == 0) return;
+  const Output out{y, ldy, bias};
+  switch (path) {
+#if DISSECT_X86
+    case KernelPath::avx2:
+      drive<Int8Avx2>({w, x, ldx, out}, m, w.rows, w.cols, threads);
+      return;
+    case KernelPath::avx512:
+      int8_avx512(w, x, ldx, m, out, threads);
+      return;
+    case KernelPath::avx512_vnni:
+      int8_vnni(w, x, ldx, m, out, threads);
+      return;
+#endif
+    default:
+      scalar_matmul(w, x, ldx, m, y, ldy, bias);
+      return;
+  }
 }
 
 inline void quantized_matmul(KernelPath path, const Q4WeightsView& w, const float* x, index_t ldx,
                              index_t m, float* y, index_t ldy, const float* bias, int threads) {
-  quantized_matmul_on(path, w, x, ldx, m, y, ldy, bias, threads);
+  check_call(WeightFormat::q4_0, path, w.nibbles, w.scales, w.rows, w.cols, x, ldx, m, y, ldy,
+             threads);
+  if (m == 0 || w.rows == 0) return;
+  const Output out{y, ldy, bias};
+  switch (path) {
+#if DISSECT_X86
+    case KernelPath::avx2:
+      drive<Q4Avx2>({w, x, ldx, out}, m, w.rows, w.cols, threads);
+      return;
+    case KernelPath::avx512:
+      q4_avx512(w, x, ldx, m, out, threads);
+      return;
+    case KernelPath::avx512_vnni:
+      q4_vnni(w, x, ldx, m, out, threads);
+      return;
+#endif
+    default:
+      scalar_matmul(w, x, ldx, m, y, ldy, bias);
+      return;
+  }
 }
 
 inline void quantized_matmul(const Bf16WeightsView& w, const float* x, index_t ldx, index_t m,

@@ -11,33 +11,46 @@
 #endif
 
 #include <bit>
-#include <cstddef>
-#include <type_traits>
 
-#include "dissect/kernels/detail/simd_avx2.hpp"
 #include "dissect/quant/detail/quant_tiles.hpp"
 
 #if DISSECT_X86
 
-// avx2::zero and avx2::put_sums, on the lane operations of kernels/detail/simd_avx2.hpp.
-#define DISSECT_SIMD_NAMESPACE avx2
-#define DISSECT_SIMD_TARGET DISSECT_TARGET_AVX2
-#include "dissect/quant/detail/quant_tile_body.hpp"
-
 namespace dissect::quant::detail {
+
+DISSECT_TARGET_AVX2 inline float sum_lanes(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <int MR, int NR>
+DISSECT_TARGET_AVX2 inline void zero(__m256 (&acc)[MR][NR]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_setzero_ps();
+  }
+}
 
 /// bf16 and int8 share one tile: 8 weights widened per step, a scalar tail. Widen(p) gives the
 /// 8 weights at p as fp32; Scalar(p) one; Scale(n) what row n's sum is multiplied by at the end.
 template <class View, class Weights>
 struct WidenAvx2 {
-  using Args = TileArgs<View>;
+  struct Args {
+    View w;
+    const float* x;
+    index_t ldx;
+    Output out;
+  };
 
   template <int MR, int NR>
   DISSECT_TARGET_AVX2 static void tile(const Args& a, index_t i0, index_t n0, index_t k0,
                                        index_t k1, bool first, bool last) {
     const index_t K = a.w.cols;
     __m256 acc[MR][NR];
-    avx2::zero(acc);
+    zero(acc);
     index_t k = k0;
     for (; k + 8 <= k1; k += 8) {
       __m256 w[NR];
@@ -53,7 +66,7 @@ struct WidenAvx2 {
     for (int i = 0; i < MR; ++i) {
       const float* xp = a.x + (i0 + i) * a.ldx;
       for (int r = 0; r < NR; ++r) {
-        float sum = kernels::detail::avx2::sum_lanes(acc[i][r]);
+        float sum = sum_lanes(acc[i][r]);
         const auto* wp = Weights::row(a.w, n0 + r);
         for (index_t t = k; t < k1; ++t) sum += xp[t] * Weights::one(wp + t);
         put(a.out, i0 + i, n0 + r, sum * Weights::scale(a.w, n0 + r), first, last);
@@ -91,14 +104,19 @@ using Bf16Avx2 = WidenAvx2<Bf16WeightsView, Bf16WidenAvx2>;
 using Int8Avx2 = WidenAvx2<Int8WeightsView, Int8WidenAvx2>;
 
 struct Q4Avx2 {
-  using Args = TileArgs<Q4WeightsView>;
+  struct Args {
+    Q4WeightsView w;
+    const float* x;
+    index_t ldx;
+    Output out;
+  };
 
   template <int MR, int NR>
   DISSECT_TARGET_AVX2 static void tile(const Args& a, index_t i0, index_t n0, index_t k0,
                                        index_t k1, bool first, bool last) {
     const index_t K = a.w.cols, blocks_per_row = K / 32;
     __m256 acc[MR][NR];
-    avx2::zero(acc);
+    zero(acc);
     const __m256i low4 = _mm256_set1_epi32(0x0f);
     for (index_t kb = k0; kb < k1; kb += 32) {
       // One weight row at a time: its 4 widened vectors stay in registers, 16 ymm are few.
@@ -127,15 +145,11 @@ struct Q4Avx2 {
         }
       }
     }
-    avx2::put_sums(a.out, acc, i0, n0, first, last);
+    for (int i = 0; i < MR; ++i) {
+      for (int r = 0; r < NR; ++r) put(a.out, i0 + i, n0 + r, sum_lanes(acc[i][r]), first, last);
+    }
   }
 };
-
-/// The AVX2 tile of each format, as quant_kernels.hpp drives it.
-template <class View>
-using Avx2Kernel =
-    std::conditional_t<std::is_same_v<View, Bf16WeightsView>, Bf16Avx2,
-                       std::conditional_t<std::is_same_v<View, Int8WeightsView>, Int8Avx2, Q4Avx2>>;
 
 }  // namespace dissect::quant::detail
 

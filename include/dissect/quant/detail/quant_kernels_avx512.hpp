@@ -13,10 +13,6 @@
     "dissect/quant/detail/quant_kernels_avx512.hpp is private to dissect: include dissect/quant/weight_format.hpp instead"
 #endif
 
-#include <cstddef>
-#include <type_traits>
-
-#include "dissect/kernels/detail/simd_avx512.hpp"
 #include "dissect/quant/detail/quant_tiles.hpp"
 
 #if DISSECT_X86
@@ -28,11 +24,6 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-
-// avx512::zero and avx512::put_sums, on the lane operations of kernels/detail/simd_avx512.hpp.
-#define DISSECT_SIMD_NAMESPACE avx512
-#define DISSECT_SIMD_TARGET DISSECT_TARGET_AVX512
-#include "dissect/quant/detail/quant_tile_body.hpp"
 
 namespace dissect::quant::detail {
 
@@ -60,23 +51,13 @@ DISSECT_TARGET_AVX512 inline void prefetch_ahead(const void* p, index_t ahead) {
                _MM_HINT_T0);
 }
 
-/// The 32 bf16 at p, row position k of K: zero past K, which is not read.
-DISSECT_TARGET_AVX512 DISSECT_ALWAYS_INLINE inline __m512i load_bf16x32(const std::uint16_t* p,
-                                                                        index_t k, index_t K) {
-  return k + 32 <= K ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(lanes32(K - k), p);
-}
-
-/// acc += x_lo·w_lo + x_hi·w_hi, one FMA each, the second into acc_hi when Split: small tiles
-/// have too few independent FMA chains to cover the latency, so they give each half its own.
-template <bool Split>
-DISSECT_TARGET_AVX512 DISSECT_ALWAYS_INLINE inline void fma_halves(__m512& acc, __m512& acc_hi,
-                                                                   __m512 x_lo, __m512 w_lo,
-                                                                   __m512 x_hi, __m512 w_hi) {
-  acc = _mm512_fmadd_ps(x_lo, w_lo, acc);
-  if constexpr (Split) {
-    acc_hi = _mm512_fmadd_ps(x_hi, w_hi, acc_hi);
-  } else {
-    acc = _mm512_fmadd_ps(x_hi, w_hi, acc);
+/// Zeroes MR × NR accumulators; GCC keeps the arrays in registers once the loops unroll.
+template <int MR, int NR>
+DISSECT_TARGET_AVX512 inline void zero(__m512 (&acc)[MR][NR]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
   }
 }
 
@@ -104,51 +85,74 @@ DISSECT_TARGET_AVX512 inline void split_even_odd(const float* x, index_t ldx, in
 }
 
 struct Bf16Avx512 {
-  using Args = TileArgs<Bf16WeightsView>;  // x: split_even_odd rows
+  struct Args {
+    Bf16WeightsView w;
+    const float* xs;  // split_even_odd rows
+    index_t ldxs;
+    Output out;
+  };
 
   template <int MR, int NR>
   DISSECT_TARGET_AVX512 static void tile(const Args& a, index_t i0, index_t n0, index_t k0,
                                          index_t k1, bool first, bool last) {
     const index_t K = a.w.cols;
-    constexpr bool split = MR * NR <= 8;  // see fma_halves
+    // Small tiles have too few independent FMA chains to cover the latency: give even and odd
+    // halves their own accumulators there.
+    constexpr bool split = MR * NR <= 8;
     __m512 acc[MR][NR], acc_odd[MR][NR];
-    avx512::zero(acc);
-    avx512::zero(acc_odd);
+    zero(acc);
+    zero(acc_odd);
     const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
     for (index_t k = k0; k < k1; k += 32) {
       __m512 even[NR], odd[NR];
 #pragma GCC unroll 4
       for (int r = 0; r < NR; ++r) {
         const std::uint16_t* p = a.w.bits + (n0 + r) * K + k;
-        const __m512i v = load_bf16x32(p, k, K);
+        const __m512i v =
+            k + 32 <= K ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(lanes32(K - k), p);
         even[r] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
         odd[r] = _mm512_castsi512_ps(_mm512_and_si512(v, high_half));
       }
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
-        const float* xp = a.x + (i0 + i) * a.ldx + k;
+        const float* xp = a.xs + (i0 + i) * a.ldxs + k;
         const __m512 xe = _mm512_loadu_ps(xp), xo = _mm512_loadu_ps(xp + 16);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; ++r) {
-          fma_halves<split>(acc[i][r], acc_odd[i][r], xe, even[r], xo, odd[r]);
+          acc[i][r] = _mm512_fmadd_ps(xe, even[r], acc[i][r]);
+          if constexpr (split) {
+            acc_odd[i][r] = _mm512_fmadd_ps(xo, odd[r], acc_odd[i][r]);
+          } else {
+            acc[i][r] = _mm512_fmadd_ps(xo, odd[r], acc[i][r]);
+          }
         }
       }
     }
-    avx512::put_sums<split>(a.out, acc, acc_odd, i0, n0, first, last);
+    for (int i = 0; i < MR; ++i) {
+      for (int r = 0; r < NR; ++r) {
+        const __m512 sum = split ? _mm512_add_ps(acc[i][r], acc_odd[i][r]) : acc[i][r];
+        put(a.out, i0 + i, n0 + r, _mm512_reduce_add_ps(sum), first, last);
+      }
+    }
   }
 };
 
 // ---- avx512, int8: sign-extend, convert, FMA; the row scale once at the end -----------------
 
 struct Int8Avx512 {
-  using Args = TileArgs<Int8WeightsView>;
+  struct Args {
+    Int8WeightsView w;
+    const float* x;
+    index_t ldx;
+    Output out;
+  };
 
   template <int MR, int NR>
   DISSECT_TARGET_AVX512 static void tile(const Args& a, index_t i0, index_t n0, index_t k0,
                                          index_t k1, bool first, bool last) {
     const index_t K = a.w.cols;
     __m512 acc[MR][NR];
-    avx512::zero(acc);
+    zero(acc);
     for (index_t k = k0; k < k1; k += 16) {
       const bool full = k + 16 <= K;
       const __mmask16 mask = lanes16(K - k);
@@ -168,23 +172,33 @@ struct Int8Avx512 {
         for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_fmadd_ps(xv, w[r], acc[i][r]);
       }
     }
-    avx512::put_sums(a.out, acc, i0, n0, first, last, a.w.scales);
+    for (int i = 0; i < MR; ++i) {
+      for (int r = 0; r < NR; ++r) {
+        const float sum = _mm512_reduce_add_ps(acc[i][r]) * a.w.scales[n0 + r];
+        put(a.out, i0 + i, n0 + r, sum, first, last);
+      }
+    }
   }
 };
 
 // ---- avx512, q4_0: unpack nibbles, (q − 8)·d exactly in fp32, FMA -----------------------------
 
 struct Q4Avx512 {
-  using Args = TileArgs<Q4WeightsView>;
+  struct Args {
+    Q4WeightsView w;
+    const float* x;
+    index_t ldx;
+    Output out;
+  };
 
   template <int MR, int NR>
   DISSECT_TARGET_AVX512 static void tile(const Args& a, index_t i0, index_t n0, index_t k0,
                                          index_t k1, bool first, bool last) {
     const index_t K = a.w.cols, blocks_per_row = K / 32;
-    constexpr bool split = MR * NR <= 8;  // see fma_halves
+    constexpr bool split = MR * NR <= 8;
     __m512 acc[MR][NR], acc_hi[MR][NR];
-    avx512::zero(acc);
-    avx512::zero(acc_hi);
+    zero(acc);
+    zero(acc_hi);
     const __m512i low4 = _mm512_set1_epi32(0x0f);
     const __m512 minus8 = _mm512_set1_ps(-8.0f);
     // 16 block scales per conversion; k_chunk (1024) is a multiple of 512, so a K chunk never
@@ -218,12 +232,22 @@ struct Q4Avx512 {
           const __m512 x_lo = _mm512_loadu_ps(xp), x_hi = _mm512_loadu_ps(xp + 16);
 #pragma GCC unroll 4
           for (int r = 0; r < NR; ++r) {
-            fma_halves<split>(acc[i][r], acc_hi[i][r], x_lo, w_lo[r], x_hi, w_hi[r]);
+            acc[i][r] = _mm512_fmadd_ps(x_lo, w_lo[r], acc[i][r]);
+            if constexpr (split) {
+              acc_hi[i][r] = _mm512_fmadd_ps(x_hi, w_hi[r], acc_hi[i][r]);
+            } else {
+              acc[i][r] = _mm512_fmadd_ps(x_hi, w_hi[r], acc[i][r]);
+            }
           }
         }
       }
     }
-    avx512::put_sums<split>(a.out, acc, acc_hi, i0, n0, first, last);
+    for (int i = 0; i < MR; ++i) {
+      for (int r = 0; r < NR; ++r) {
+        const __m512 sum = split ? _mm512_add_ps(acc[i][r], acc_hi[i][r]) : acc[i][r];
+        put(a.out, i0 + i, n0 + r, _mm512_reduce_add_ps(sum), first, last);
+      }
+    }
   }
 };
 
@@ -307,7 +331,7 @@ struct Int8Vnni {
                                        index_t k1, bool first, bool last) {
     const index_t K = a.w.cols;
     __m512 acc[MR][NR];
-    avx512::zero(acc);
+    zero(acc);
     const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
     const __m512i zero_i = _mm512_setzero_si512();
     for (index_t k = k0; k < k1; k += 64) {
@@ -331,7 +355,12 @@ struct Int8Vnni {
         }
       }
     }
-    avx512::put_sums(a.out, acc, i0, n0, first, last, a.w.scales);
+    for (int i = 0; i < MR; ++i) {
+      for (int r = 0; r < NR; ++r) {
+        const float sum = _mm512_reduce_add_ps(acc[i][r]) * a.w.scales[n0 + r];
+        put(a.out, i0 + i, n0 + r, sum, first, last);
+      }
+    }
   }
 };
 
@@ -351,7 +380,7 @@ struct Q4Vnni {
                                        index_t k1, bool first, bool last) {
     const index_t K = a.w.cols, blocks_per_row = K / 32;
     __m512 acc[MR][NR];
-    avx512::zero(acc);
+    zero(acc);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const __m512i repeat4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     for (index_t k = k0; k < k1; k += 128) {
@@ -388,7 +417,11 @@ struct Q4Vnni {
         }
       }
     }
-    avx512::put_sums(a.out, acc, i0, n0, first, last);
+    for (int i = 0; i < MR; ++i) {
+      for (int r = 0; r < NR; ++r) {
+        put(a.out, i0 + i, n0 + r, _mm512_reduce_add_ps(acc[i][r]), first, last);
+      }
+    }
   }
 };
 
@@ -408,24 +441,29 @@ DISSECT_TARGET_BF16 inline void round_rows_bf16(const float* x, index_t ldx, ind
 }
 
 struct Bf16Dot {
-  using Args = TileArgs<Bf16WeightsView, std::uint16_t>;  // x: round_rows_bf16 rows
+  struct Args {
+    Bf16WeightsView w;
+    const std::uint16_t* xb;  // round_rows_bf16
+    index_t ldxb;
+    Output out;
+  };
 
   template <int MR, int NR>
   DISSECT_TARGET_BF16 static void tile(const Args& a, index_t i0, index_t n0, index_t k0,
                                        index_t k1, bool first, bool last) {
     const index_t K = a.w.cols;
     __m512 acc[MR][NR];
-    avx512::zero(acc);
+    zero(acc);
     for (index_t k = k0; k < k1; k += 32) {
       __m512i w[NR];
 #pragma GCC unroll 4
       for (int r = 0; r < NR; ++r) {
         const std::uint16_t* p = a.w.bits + (n0 + r) * K + k;
-        w[r] = load_bf16x32(p, k, K);
+        w[r] = k + 32 <= K ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(lanes32(K - k), p);
       }
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
-        const __m512i xv = _mm512_loadu_si512(a.x + (i0 + i) * a.ldx + k);
+        const __m512i xv = _mm512_loadu_si512(a.xb + (i0 + i) * a.ldxb + k);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; ++r) {
           acc[i][r] = _mm512_dpbf16_ps(acc[i][r], reinterpret_cast<__m512bh>(xv),
@@ -433,23 +471,27 @@ struct Bf16Dot {
         }
       }
     }
-    avx512::put_sums(a.out, acc, i0, n0, first, last);
+    for (int i = 0; i < MR; ++i) {
+      for (int r = 0; r < NR; ++r) {
+        put(a.out, i0 + i, n0 + r, _mm512_reduce_add_ps(acc[i][r]), first, last);
+      }
+    }
   }
 };
 
-// ---- entry points, one per format and path (quant_kernels.hpp dispatches): prepare the
-// activations once, then tile ------------------------------------------------------------------
+// ---- entry points: prepare the activations once, then tile
+// ---------------------------------------
 
-inline void avx512_matmul(const Bf16WeightsView& w, const float* x, index_t ldx, index_t m,
-                          const Output& out, int threads) {
+inline void bf16_avx512(const Bf16WeightsView& w, const float* x, index_t ldx, index_t m,
+                        const Output& out, int threads) {
   const index_t ld = round_up(w.cols, 32);
   auto* xs = reinterpret_cast<float*>(scratch(static_cast<std::size_t>(m * ld) * sizeof(float)));
   split_even_odd(x, ldx, m, w.cols, xs, ld);
   drive<Bf16Avx512>({w, xs, ld, out}, m, w.rows, w.cols, threads);
 }
 
-inline void bf16_dot_matmul(const Bf16WeightsView& w, const float* x, index_t ldx, index_t m,
-                            const Output& out, int threads) {
+inline void bf16_dot(const Bf16WeightsView& w, const float* x, index_t ldx, index_t m,
+                     const Output& out, int threads) {
   const index_t ld = round_up(w.cols, 32);
   auto* xb = reinterpret_cast<std::uint16_t*>(
       scratch(static_cast<std::size_t>(m * ld) * sizeof(std::uint16_t)));
@@ -457,13 +499,13 @@ inline void bf16_dot_matmul(const Bf16WeightsView& w, const float* x, index_t ld
   drive<Bf16Dot>({w, xb, ld, out}, m, w.rows, w.cols, threads);
 }
 
-inline void avx512_matmul(const Int8WeightsView& w, const float* x, index_t ldx, index_t m,
-                          const Output& out, int threads) {
+inline void int8_avx512(const Int8WeightsView& w, const float* x, index_t ldx, index_t m,
+                        const Output& out, int threads) {
   drive<Int8Avx512>({w, x, ldx, out}, m, w.rows, w.cols, threads);
 }
 
-inline void vnni_matmul(const Int8WeightsView& w, const float* x, index_t ldx, index_t m,
-                        const Output& out, int threads) {
+inline void int8_vnni(const Int8WeightsView& w, const float* x, index_t ldx, index_t m,
+                      const Output& out, int threads) {
   const index_t ldq = round_up(w.cols, 64), ldsx = ldq / 4;
   unsigned char* q = scratch(static_cast<std::size_t>(m * (ldq + ldsx * 4)));
   auto* sx = reinterpret_cast<float*>(q + m * ldq);
@@ -471,13 +513,13 @@ inline void vnni_matmul(const Int8WeightsView& w, const float* x, index_t ldx, i
   drive<Int8Vnni>({w, q, ldq, sx, ldsx, out}, m, w.rows, w.cols, threads);
 }
 
-inline void avx512_matmul(const Q4WeightsView& w, const float* x, index_t ldx, index_t m,
-                          const Output& out, int threads) {
+inline void q4_avx512(const Q4WeightsView& w, const float* x, index_t ldx, index_t m,
+                      const Output& out, int threads) {
   drive<Q4Avx512>({w, x, ldx, out}, m, w.rows, w.cols, threads);
 }
 
-inline void vnni_matmul(const Q4WeightsView& w, const float* x, index_t ldx, index_t m,
-                        const Output& out, int threads) {
+inline void q4_vnni(const Q4WeightsView& w, const float* x, index_t ldx, index_t m,
+                    const Output& out, int threads) {
   const index_t ldq = round_up(w.cols, 128), ldv = ldq / 8;
   unsigned char* q = scratch(static_cast<std::size_t>(m * (ldq + 2 * ldv * 4)));
   auto* sx = reinterpret_cast<float*>(q + m * ldq);

@@ -70,16 +70,6 @@ inline void put(const Output& out, index_t i, index_t n, float value, bool first
   *target = value;
 }
 
-/// What most tiles read: the weights, the activations as their path prepared them (fp32 rows of
-/// x itself, or rearranged or rounded copies; row i at x + i·ldx) and where the sums go.
-template <class View, class X = float>
-struct TileArgs {
-  View w;
-  const X* x;
-  index_t ldx;
-  Output out;
-};
-
 /// A 64-byte-aligned scratch area of at least `bytes`, owned by the calling thread and reused
 /// across calls, so preparing the activations allocates only when a call needs more than any
 /// before it. Only the calling thread writes it; OpenMP workers of the same call read it.
