@@ -3,8 +3,12 @@
 // unsupported key is a ConfigError naming the file and the key.
 #include <gtest/gtest.h>
 
+#include <span>
+#include <string>
+
 #include "dissect/io/hf_config.hpp"
 #include "support/fixture.hpp"
+#include "support/io_testing.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
@@ -96,6 +100,46 @@ TEST(HfConfigErrors, EveryBadKeyIsNamedWithTheFile) {
                     "must be a JSON object");
   EXPECT_THROW_WITH(read_hf_config("no/such/config.json"), Error,
                     "no/such/config.json: cannot open");
+}
+
+TEST(HfConfigFile, ARepeatedKeyIsAnErrorNotTheLastValue) {
+  // nlohmann's own parser keeps the last of two equal keys: a config.json naming n_embd twice
+  // would build whichever model came last. Every level is checked, not only the top.
+  const testing::TemporaryDirectory dir;
+  const auto config = dir / "config.json";
+  const auto write = [&](const std::string& text) {
+    testing::write_file(config, std::as_bytes(std::span(text)));
+  };
+  write(R"({"model_type": "gpt2", "n_embd": 16, "n_embd": 32})");
+  EXPECT_THROW_WITH(read_hf_config(config), FormatError,
+                    config.string() + ": key \"n_embd\" appears twice");
+  write(R"({"model_type": "gpt2", "task_specific_params": {"a": 1, "a": 2}})");
+  EXPECT_THROW_WITH(read_hf_config(config), FormatError, "key \"a\" appears twice");
+  write(R"({"model_type": )");
+  EXPECT_THROW_WITH(read_hf_config(config), FormatError, config.string() + " is not valid JSON");
+  // The committed fixtures, which repeat nothing, still read.
+  EXPECT_NO_THROW(read_hf_config(testing::fixture_dir("hf") / "gpt2" / "config.json"));
+}
+
+TEST(HfConfigFile, Gpt2AttentionScalingsDissectDoesNotApplyAreRefused) {
+  // transformers' GPT2Attention divides the scores by √d_k only when scale_attn_weights (default
+  // true), and further by layer_idx + 1 when scale_attn_by_inverse_layer_idx (default false).
+  nlohmann::json config = {{"model_type", "gpt2"}, {"n_embd", 16},     {"n_layer", 2},
+                           {"n_head", 4},          {"vocab_size", 23}, {"n_positions", 12}};
+  EXPECT_NO_THROW(parse_hf_config(config, "c.json"));
+  config["scale_attn_weights"] = true;
+  config["scale_attn_by_inverse_layer_idx"] = false;
+  EXPECT_NO_THROW(parse_hf_config(config, "c.json"));  // the defaults, spelled out
+  auto unscaled = config;
+  unscaled["scale_attn_weights"] = false;
+  EXPECT_THROW_WITH(parse_hf_config(unscaled, "c.json"), ConfigError,
+                    "c.json: \"scale_attn_weights\" is not supported");
+  auto by_layer = config;
+  by_layer["scale_attn_by_inverse_layer_idx"] = true;
+  EXPECT_THROW_WITH(parse_hf_config(by_layer, "c.json"), ConfigError,
+                    "c.json: \"scale_attn_by_inverse_layer_idx\" is not supported");
+  by_layer["scale_attn_by_inverse_layer_idx"] = "yes";
+  EXPECT_THROW_WITH(parse_hf_config(by_layer, "c.json"), ConfigError, "must be true or false");
 }
 
 }  // namespace test_hf_config

@@ -241,7 +241,7 @@ TEST(DetectCheckpointErrors, AnUnreadableConfigJsonIsNamed) {
   const std::string broken = "{\"model_type\": ";
   testing::write_file(dir / "config.json", std::as_bytes(std::span(broken)));
   EXPECT_THROW_WITH(detect_checkpoint(dir.path()), Error,
-                    (dir / "config.json").string() + ": not valid JSON");
+                    (dir / "config.json").string() + " is not valid JSON");
   const std::string bert = "{\"model_type\": \"bert\"}";
   testing::write_file(dir / "config.json", std::as_bytes(std::span(bert)));
   EXPECT_THROW_WITH(detect_checkpoint(dir.path()), ConfigError,

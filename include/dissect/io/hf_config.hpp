@@ -14,12 +14,15 @@
 #include <array>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "dissect/config.hpp"
 #include "dissect/error.hpp"
+#define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
+#include "dissect/io/detail/json.hpp"
 
 namespace dissect {
 
@@ -60,8 +63,10 @@ struct HfConfig {
 ///         model_type, or a setting dissect does not implement; as TransformerConfig::validate.
 HfConfig parse_hf_config(const nlohmann::json& json, std::string_view source);
 
-/// Reads and parses the file. @throws Error naming the path if it cannot be read or is not
-/// JSON; as parse_hf_config otherwise.
+/// Reads and parses the file. @throws Error naming the path if it cannot be read; FormatError
+///         "<path> is not valid JSON: …", or "<path>: key "n_embd" appears twice" (nlohmann's
+///         own parser would silently keep the last of two equal keys, and so run another model
+///         than the first reader of the file sees); as parse_hf_config otherwise.
 HfConfig read_hf_config(const std::filesystem::path& path);
 
 // ---- implementation -----------------------------------------------------------------------------
@@ -162,6 +167,16 @@ inline TransformerConfig gpt2_from(const ConfigReader& r) {
   c.tied_embeddings = r.flag("tie_word_embeddings", true);
   // GPT-2's "gelu_new" is the tanh approximation, the only GELU its blocks use.
   r.require_text("activation_function", {"gelu_new", "gelu_pytorch_tanh"}, "gelu_new");
+  // Two attention-score scalings of HF's GPT2Attention that dissect's attention does not apply:
+  // run as if absent, such a checkpoint would generate other tokens than it does in transformers.
+  if (!r.flag("scale_attn_weights", true)) {
+    r.fail("scale_attn_weights", "is not supported (scores are always scaled by 1/√d_k)",
+           r.value("scale_attn_weights"));
+  }
+  if (r.flag("scale_attn_by_inverse_layer_idx", false)) {
+    r.fail("scale_attn_by_inverse_layer_idx", "is not supported (no per-layer score scaling)",
+           r.value("scale_attn_by_inverse_layer_idx"));
+  }
   return c;
 }
 
@@ -206,15 +221,11 @@ inline HfConfig parse_hf_config(const nlohmann::json& json, std::string_view sou
 }
 
 inline HfConfig read_hf_config(const std::filesystem::path& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(dissect::detail::concat(path.string(), ": cannot open for reading"));
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& error) {
-    throw Error(dissect::detail::concat(path.string(), ": not valid JSON (", error.what(), ")"));
-  }
-  return parse_hf_config(json, path.string());
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (in.bad()) throw Error(dissect::detail::concat(path.string(), ": read failed"));
+  return parse_hf_config(dissect::detail::parse_json_strictly(text, path.string()), path.string());
 }
 
 }  // namespace dissect
