@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "support/fixture.hpp"
 #include "support/allocation_counter.hpp"
+#include "support/fixture.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
