@@ -13,6 +13,9 @@
 #include <optional>
 #include <string_view>
 #include <vector>
+#if defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
+#endif
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/detail/enum_check.hpp"
@@ -72,7 +75,15 @@ inline CpuFeatures detect_cpu() {
   __builtin_cpu_init();
   f.avx2 = __builtin_cpu_supports("avx2");
   f.fma = __builtin_cpu_supports("fma");
+#if defined(__clang__)
+  // Clang (14, Debian 12's) knows no "f16c" for __builtin_cpu_supports: CPUID leaf 1's ECX bit
+  // 29, usable only where the OS saves the ymm state (which "avx" includes, as above).
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  f.f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0 &&
+           __builtin_cpu_supports("avx");
+#else
   f.f16c = __builtin_cpu_supports("f16c");
+#endif
   f.avx512f = __builtin_cpu_supports("avx512f");
   f.avx512bw = __builtin_cpu_supports("avx512bw");
   f.avx512vl = __builtin_cpu_supports("avx512vl");
