@@ -1,10 +1,12 @@
 // Tests of dissect/attention.hpp: causal attention against a plain-loop reference in double
 // (plain, grouped-query, with earlier positions in front, across the 64-wide key and query
 // tiles), the online and the training forward against each other, backward against finite
-// differences in double, the FLOP count, and every refused shape.
+// differences in double, a given score scale (GPT-2's unscaled and per-layer scores) in every
+// entry point and in backward, the FLOP count, and every refused shape or scale.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -28,13 +30,15 @@ const std::vector<Case> cases = {
     {1, 2, 2, 3, 130, 6}, {2, 2, 1, 1, 200, 8},
 };
 
-/// o[b, h, t] = Σ_j softmax_j(q·k_j/√d_k over j ≤ S − T + t)·v_j, in double, by plain loops.
+/// o[b, h, t] = Σ_j softmax_j(s·q·k_j over j ≤ S − T + t)·v_j, in double, by plain loops;
+/// s = 1/√d_k unless given.
 template <class Scalar>
 Tensor<double, 4> reference_attention(const Tensor<Scalar, 4>& q, const Tensor<Scalar, 4>& k,
-                                      const Tensor<Scalar, 4>& v) {
+                                      const Tensor<Scalar, 4>& v,
+                                      std::optional<double> score_scale = std::nullopt) {
   const index_t B = q.dim(0), H = q.dim(1), T = q.dim(2), d = q.dim(3), S = k.dim(2);
   const index_t group = H / k.dim(1);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const double scale = score_scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
   Tensor<double, 4> o(q.shape());
   for (index_t b = 0; b < B; ++b) {
     for (index_t h = 0; h < H; ++h) {
@@ -58,20 +62,23 @@ Tensor<double, 4> reference_attention(const Tensor<Scalar, 4>& q, const Tensor<S
   return o;
 }
 
-/// A bound on |computed − exact| for attention in Scalar. A score q·k/√d_k is off by at most
-/// γ_d·Σ|q||k|/√d_k =: δ (Higham §3.1), so each exp(score − max) is off by a factor e^{±2δ}
-/// plus the exp's own rounding, and the normalised weights sum to within 2·(2δ + 4u) of the
-/// exact ones; the weighted sum of S values adds γ_S. Times max|v|, doubled for safety.
+/// A bound on |computed − exact| for attention in Scalar. A score s·q·k is off by at most
+/// γ_d·s·Σ|q||k| =: δ (Higham §3.1; s = 1/√d_k by default, its own rounding within γ_d), so each
+/// exp(score − max) is off by a factor e^{±2δ} plus the exp's own rounding, and the normalised
+/// weights sum to within 2·(2δ + 4u) of the exact ones; the weighted sum of S values adds γ_S.
+/// Times max|v|, doubled for safety.
 template <class Scalar>
 double attention_bound(const Tensor<Scalar, 4>& q, const Tensor<Scalar, 4>& k,
-                       const Tensor<Scalar, 4>& v) {
+                       const Tensor<Scalar, 4>& v,
+                       std::optional<double> score_scale = std::nullopt) {
   double q_max = 0, k_max = 0, v_max = 0;
   for (Scalar x : q) q_max = std::max(q_max, std::abs(double(x)));
   for (Scalar x : k) k_max = std::max(k_max, std::abs(double(x)));
   for (Scalar x : v) v_max = std::max(v_max, std::abs(double(x)));
   const index_t d = q.dim(3), S = k.dim(2);
   const double u = testing::unit_roundoff<Scalar>();
-  const double delta = testing::gamma<Scalar>(d) * d * q_max * k_max / std::sqrt(double(d));
+  const double scale = score_scale.value_or(1.0 / std::sqrt(double(d)));
+  const double delta = testing::gamma<Scalar>(d) * d * q_max * k_max * scale;
   return 2.0 * (2.0 * (2.0 * delta + 4.0 * u) + testing::gamma<Scalar>(S + 1)) * v_max;
 }
 
@@ -152,6 +159,86 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
     EXPECT_GRADIENT_OK(testing::gradcheck(loss, k, grads.k, options));
     EXPECT_GRADIENT_OK(testing::gradcheck(loss, v, grads.v, options));
   }
+}
+
+// GPT-2's scale_attn_weights: false (s = 1) and scale_attn_by_inverse_layer_idx (s = 1/(√d_k·3)
+// in layer 2), and a small s: every entry point scales alike.
+TYPED_TEST(Attention, AGivenScoreScaleMatchesTheReferenceInEveryEntryPoint) {
+  for (const Case& c : cases) {
+    for (const double scale : {1.0, 1.0 / (std::sqrt(double(c.head_dim)) * 3.0), 0.05}) {
+      SCOPED_TRACE(testing::concat_for_trace("T=", c.tokens, " S=", c.keys, " d_k=", c.head_dim,
+                                             " scale=", scale));
+      const auto [q, k, v] = inputs_for<TypeParam>(c, 5);
+      const auto expected = reference_attention(q, k, v, scale);
+      Tensor<double, 4> bound(expected.shape());
+      bound.fill(attention_bound(q, k, v, scale));
+      EXPECT_TENSOR_WITHIN(causal_attention(q, k, v, scale), expected, bound) << "online";
+      AttentionCache<TypeParam> cache;
+      EXPECT_TENSOR_WITHIN(causal_attention(q, k, v, cache, scale), expected, bound) << "training";
+      EXPECT_EQ(cache.scale, scale);
+      Tensor<TypeParam, 4> o(q.shape());
+      causal_attention_heads_into<TypeParam>(heads_of(q.cview()), heads_of(k.cview()),
+                                             heads_of(v.cview()), heads_of(o.view()), c.batch,
+                                             scale);
+      EXPECT_TENSOR_WITHIN(o, expected, bound) << "heads (the KV-cache step)";
+    }
+  }
+}
+
+TYPED_TEST(Attention, TheDefaultScaleIsOneOverRootHeadDimBitForBit) {
+  const Case c{2, 4, 2, 6, 6, 4};
+  const auto [q, k, v] = inputs_for<TypeParam>(c, 6);
+  const double root = 1.0 / std::sqrt(4.0);
+  EXPECT_TENSOR_EQ(causal_attention(q, k, v, root), causal_attention(q, k, v));
+  AttentionCache<TypeParam> given, unset;
+  EXPECT_TENSOR_EQ(causal_attention(q, k, v, given, root), causal_attention(q, k, v, unset));
+  EXPECT_FALSE(unset.scale.has_value());
+  EXPECT_TENSOR_EQ(given.probs, unset.probs);
+}
+
+TEST(Attention, BackwardUsesTheForwardsScaleAndMatchesFiniteDifferences) {
+  for (const double scale : {1.0, 1.0 / (2.0 * 3.0), 0.3}) {
+    const Case c{2, 4, 2, 5, 5, 4};
+    SCOPED_TRACE(testing::concat_for_trace("scale=", scale));
+    auto [q, k, v] = inputs_for<double>(c, 7);
+    std::mt19937_64 engine(8);
+    const auto dout = testing::random_tensor<double, 4>(q.shape(), engine);
+    AttentionCache<double> cache;
+    causal_attention(q, k, v, cache, scale);
+    const auto grads = causal_attention_backward(q, k, v, cache, dout);
+    const auto loss = [&] {
+      const auto o = causal_attention(q, k, v, scale);
+      double total = 0;
+      for (index_t i = 0; i < o.size(); ++i) total += o.data()[i] * dout.data()[i];
+      return total;
+    };
+    const testing::GradcheckOptions options{.richardson = true, .sample = 40, .seed = 2};
+    EXPECT_GRADIENT_OK(testing::gradcheck(loss, q, grads.q, options));
+    EXPECT_GRADIENT_OK(testing::gradcheck(loss, k, grads.k, options));
+    EXPECT_GRADIENT_OK(testing::gradcheck(loss, v, grads.v, options));
+  }
+}
+
+TEST(AttentionErrors, AScoreScaleThatIsNotFiniteAndPositiveIsRefused) {
+  const Tensor<float, 4> q({1, 2, 3, 4}), kv({1, 2, 3, 4});
+  Tensor<float, 4> o(q.shape());
+  for (const double bad : {0.0, -0.5, std::nan(""), HUGE_VAL}) {
+    EXPECT_THROW_WITH(causal_attention(q, kv, kv, bad), ConfigError,
+                      "causal_attention: scale must be finite and > 0");
+    AttentionCache<float> cache;
+    EXPECT_THROW_WITH(causal_attention(q, kv, kv, cache, bad), ConfigError,
+                      "causal_attention: scale must be finite and > 0");
+    EXPECT_FALSE(cache.scale.has_value());  // a refused forward leaves the cache alone
+    EXPECT_THROW_WITH(
+        causal_attention_heads_into<float>(heads_of(q.cview()), heads_of(kv.cview()),
+                                           heads_of(kv.cview()), heads_of(o.view()), 1, bad),
+        ConfigError, "causal_attention_heads_into: scale must be finite and > 0");
+  }
+  AttentionCache<float> cache;
+  causal_attention(q, kv, kv, cache);
+  cache.scale = -1.0;  // filled by hand
+  EXPECT_THROW_WITH(causal_attention_backward(q, kv, kv, cache, q), ConfigError,
+                    "causal_attention_backward: scale must be finite and > 0 (got -1)");
 }
 
 TEST(Attention, FlopsCountTheCausalTriangleOnly) {

@@ -121,6 +121,28 @@ TEST(Config, RopeThetaAndNormEpsMustBeFiniteAndPositive) {
   EXPECT_NO_THROW(c.validate());
 }
 
+TEST(Config, ScoreScalingDefaultsToOneOverRootHeadDimAndIsChecked) {
+  TransformerConfig c = find_preset("gpt2-small").config;  // d_k = 64
+  EXPECT_TRUE(c.score_scaling.is_default());
+  EXPECT_EQ(c.score_scale(0), 0.125);
+  EXPECT_EQ(c.score_scale(11), 0.125);
+  c.score_scaling.inverse_layer_index = true;  // HF scale_attn_by_inverse_layer_idx
+  EXPECT_EQ(c.score_scale(0), 0.125);
+  EXPECT_EQ(c.score_scale(3), 0.125 / 4);
+  c.score_scaling.scale = 1.0;  // HF scale_attn_weights: false
+  EXPECT_EQ(c.score_scale(1), 0.5);
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_THROW_WITH(c.score_scale(12), ConfigError,
+                    "TransformerConfig::score_scale: layer 12 is outside [0, n_layers = 12)");
+  EXPECT_THROW_WITH(c.score_scale(-1), ConfigError, "layer -1 is outside");
+  for (double bad : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    TransformerConfig scaled = c;
+    scaled.score_scaling.scale = bad;
+    EXPECT_THROW_WITH(scaled.validate(), ConfigError,
+                      "TransformerConfig: score_scaling.scale must be finite and > 0");
+  }
+}
+
 TEST(Config, StyleEnumsOutOfRangeAreConfigErrorsNamingTypeAndValue) {
   // An enum class holds any int: a value cast from a file or a command line must not pick a
   // branch (Norm(7) used to count as RMSNorm, Ffn(9) as a plain MLP).

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dissect/io/hf_config.hpp"
+#include "dissect/io/model_file.hpp"
 #include "support/fixture.hpp"
 #include "support/io_testing.hpp"
 #include "support/tensor_testing.hpp"
@@ -121,25 +122,88 @@ TEST(HfConfigFile, ARepeatedKeyIsAnErrorNotTheLastValue) {
   EXPECT_NO_THROW(read_hf_config(testing::fixture_dir("hf") / "gpt2" / "config.json"));
 }
 
-TEST(HfConfigFile, Gpt2AttentionScalingsDissectDoesNotApplyAreRefused) {
+TEST(HfConfigFile, Gpt2AttentionScalingsAreRead) {
   // transformers' GPT2Attention divides the scores by √d_k only when scale_attn_weights (default
   // true), and further by layer_idx + 1 when scale_attn_by_inverse_layer_idx (default false).
   nlohmann::json config = {{"model_type", "gpt2"}, {"n_embd", 16},     {"n_layer", 2},
                            {"n_head", 4},          {"vocab_size", 23}, {"n_positions", 12}};
-  EXPECT_NO_THROW(parse_hf_config(config, "c.json"));
+  EXPECT_TRUE(parse_hf_config(config, "c.json").config.score_scaling.is_default());
   config["scale_attn_weights"] = true;
   config["scale_attn_by_inverse_layer_idx"] = false;
-  EXPECT_NO_THROW(parse_hf_config(config, "c.json"));  // the defaults, spelled out
+  config["reorder_and_upcast_attn"] = true;  // fp16 precision only: the same function
+  const auto spelled_out = parse_hf_config(config, "c.json").config;
+  EXPECT_TRUE(spelled_out.score_scaling.is_default());
+  EXPECT_EQ(spelled_out.score_scale(1), 0.5);  // 1/√d_k, d_k = 4
+
   auto unscaled = config;
   unscaled["scale_attn_weights"] = false;
-  EXPECT_THROW_WITH(parse_hf_config(unscaled, "c.json"), ConfigError,
-                    "c.json: \"scale_attn_weights\" is not supported");
+  const auto plain = parse_hf_config(unscaled, "c.json").config;
+  EXPECT_EQ(plain.score_scaling, (ScoreScaling{.scale = 1.0, .inverse_layer_index = false}));
+  EXPECT_EQ(plain.score_scale(0), 1.0);
+  EXPECT_EQ(plain.score_scale(1), 1.0);
+
   auto by_layer = config;
   by_layer["scale_attn_by_inverse_layer_idx"] = true;
-  EXPECT_THROW_WITH(parse_hf_config(by_layer, "c.json"), ConfigError,
-                    "c.json: \"scale_attn_by_inverse_layer_idx\" is not supported");
-  by_layer["scale_attn_by_inverse_layer_idx"] = "yes";
-  EXPECT_THROW_WITH(parse_hf_config(by_layer, "c.json"), ConfigError, "must be true or false");
+  const auto layered = parse_hf_config(by_layer, "c.json").config;
+  EXPECT_EQ(layered.score_scaling,
+            (ScoreScaling{.scale = std::nullopt, .inverse_layer_index = true}));
+  EXPECT_EQ(layered.score_scale(0), 0.5);
+  EXPECT_EQ(layered.score_scale(1), 0.25);  // layer_idx 1: / √4 / 2
+
+  by_layer["scale_attn_weights"] = false;
+  EXPECT_EQ(parse_hf_config(by_layer, "c.json").config.score_scale(1), 0.5);  // 1 / 2
+
+  for (const char* key : {"scale_attn_weights", "scale_attn_by_inverse_layer_idx"}) {
+    auto mistyped = config;
+    mistyped[key] = "yes";
+    EXPECT_THROW_WITH(parse_hf_config(mistyped, "c.json"), ConfigError,
+                      std::string("c.json: \"") + key + "\" must be true or false (got \"yes\")");
+    mistyped[key] = 0;
+    EXPECT_THROW_WITH(parse_hf_config(mistyped, "c.json"), ConfigError,
+                      std::string("c.json: \"") + key + "\" must be true or false (got 0)");
+  }
+}
+
+TEST(HfConfigFile, Gpt2AttentionSwitchesInALlamaFileAreIgnoredAsTransformersIgnoresThem) {
+  // LlamaAttention always scales by 1/√d_k and never reads these keys.
+  auto json = llama_json();
+  json["scale_attn_weights"] = false;
+  json["scale_attn_by_inverse_layer_idx"] = true;
+  EXPECT_TRUE(parse_hf_config(json, "c.json").config.score_scaling.is_default());
+}
+
+TEST(HfConfigFile, AScoreScalingReadFromConfigJsonSurvivesDissectsOwnModelFile) {
+  // save_model records the config (config_to_json); a scaling lost there would reload as another
+  // model. The default writes no key, so files of other models are as they were.
+  nlohmann::json json = {{"model_type", "gpt2"},
+                         {"n_embd", 16},
+                         {"n_layer", 2},
+                         {"n_head", 4},
+                         {"vocab_size", 23},
+                         {"n_positions", 12},
+                         {"scale_attn_weights", false},
+                         {"scale_attn_by_inverse_layer_idx", true}};
+  const TransformerConfig config = parse_hf_config(json, "c.json").config;
+  const auto saved = config_to_json(config);
+  EXPECT_EQ(saved.at("score_scaling"),
+            (nlohmann::json{{"scale", 1.0}, {"inverse_layer_index", true}}));
+  EXPECT_EQ(config_from_json(saved, "m").score_scaling, config.score_scaling);
+  json.erase("scale_attn_weights");
+  json.erase("scale_attn_by_inverse_layer_idx");
+  const TransformerConfig plain = parse_hf_config(json, "c.json").config;
+  EXPECT_FALSE(config_to_json(plain).contains("score_scaling"));
+  EXPECT_TRUE(config_from_json(config_to_json(plain), "m").score_scaling.is_default());
+
+  auto broken = saved;
+  broken["score_scaling"]["scale"] = -2.0;
+  EXPECT_THROW_WITH(config_from_json(broken, "m"), ConfigError,
+                    "m: TransformerConfig: score_scaling.scale must be finite and > 0 (got -2)");
+  broken["score_scaling"] = 3;
+  EXPECT_THROW_WITH(config_from_json(broken, "m"), ConfigError,
+                    "m: \"score_scaling\" must be a JSON object (got 3)");
+  broken["score_scaling"] = {{"inverse_layer_index", "no"}};
+  EXPECT_THROW_WITH(config_from_json(broken, "m"), ConfigError,
+                    "m score_scaling: \"inverse_layer_index\" must be true or false");
 }
 
 }  // namespace test_hf_config

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -45,6 +46,13 @@ TransformerConfig config_from(const testing::Fixture& fixture) {
     config.norm = Norm::rms_norm;
     config.ffn = Ffn::gated;
     config.rope_theta = std::stod(fixture.meta_str("rope_theta"));
+  }
+  // GPT-2's attention switches, as config.json spells them (model_scaling fixtures only).
+  if (fixture.has_meta("scale_attn_weights") && !fixture.meta_bool("scale_attn_weights")) {
+    config.score_scaling.scale = 1.0;
+  }
+  if (fixture.has_meta("scale_attn_by_inverse_layer_idx")) {
+    config.score_scaling.inverse_layer_index = fixture.meta_bool("scale_attn_by_inverse_layer_idx");
   }
   return config;
 }
@@ -108,13 +116,11 @@ double model_tolerance(const TransformerConfig& c, index_t tokens, bool gradient
   return 2.0 * 4.0 * static_cast<double>(depth) * testing::gamma<Scalar>(longest);
 }
 
+/// The model of `weights` run as `run` says (its meta is the config) against torch's run.
 template <class Model>
-void expect_matches_torch(const std::string& family) {
+void expect_matches_torch(const testing::Fixture& weights, const testing::Fixture& run) {
   using Scalar = typename Model::scalar_type;
-  const auto weights = model_fixture("weights_" + family + ".txt");
-  const auto run =
-      model_fixture((std::is_same_v<Scalar, float> ? "f32_" : "f64_") + family + ".txt");
-  const TransformerConfig config = config_from(weights);
+  const TransformerConfig config = config_from(run);
   Model model(config, {.seed = 1});
   load_weights(model, weights);
 
@@ -149,6 +155,22 @@ void expect_matches_torch(const std::string& family) {
   EXPECT_EQ(checked, weights.tensors.size());
 }
 
+template <class Model>
+void expect_matches_torch(const std::string& family) {
+  const std::string dtype = std::is_same_v<typename Model::scalar_type, float> ? "f32_" : "f64_";
+  expect_matches_torch<Model>(model_fixture("weights_" + family + ".txt"),
+                              model_fixture(dtype + family + ".txt"));
+}
+
+/// A case of the model_scaling block: GPT-2 with one of its attention switches set.
+template <class Model>
+void expect_scaled_gpt2_matches_torch(const std::string& name) {
+  const std::string dtype = std::is_same_v<typename Model::scalar_type, float> ? "f32_" : "f64_";
+  const auto dir = testing::fixture_dir("model_scaling");
+  expect_matches_torch<Model>(testing::read_fixture(dir / "weights_gpt2_scaling.txt"),
+                              testing::read_fixture(dir / (dtype + name + ".txt")));
+}
+
 template <class Scalar>
 class ModelFixtures : public ::testing::Test {};
 TYPED_TEST_SUITE(ModelFixtures, FloatAndDouble);
@@ -159,6 +181,18 @@ TYPED_TEST(ModelFixtures, Gpt2MatchesTorchLogitsLossAndEveryGradient) {
 
 TYPED_TEST(ModelFixtures, LlamaMatchesTorchLogitsLossAndEveryGradient) {
   expect_matches_torch<LlamaModel<TypeParam>>("llama");
+}
+
+// HF GPT2Attention with scale_attn_weights: false (no 1/√d_k) and, separately, with
+// scale_attn_by_inverse_layer_idx: true (layer i's scores also / (i + 1)), on 3 layers whose QKV
+// weights make the scores O(1): the fixtures' logits move by ~20-80% of their size from the
+// default scaling's, so a missed or misplaced factor fails by far more than the tolerance.
+TYPED_TEST(ModelFixtures, Gpt2WithoutScaledAttentionWeightsMatchesTorch) {
+  expect_scaled_gpt2_matches_torch<GPT2Model<TypeParam>>("gpt2_unscaled");
+}
+
+TYPED_TEST(ModelFixtures, Gpt2ScaledByInverseLayerIndexMatchesTorch) {
+  expect_scaled_gpt2_matches_torch<GPT2Model<TypeParam>>("gpt2_inverse_layer");
 }
 
 // ---- small models for the algebraic tests -------------------------------------------------------
@@ -230,6 +264,38 @@ TYPED_TEST(ModelAlgebra, Gpt2CachedDecodingEqualsFullForward) {
   const std::vector<index_t> one_by_one(12, 1);
   expect_cached_decoding_equals_full_forward<GPT2Model<TypeParam>>(small_gpt2(), one_by_one);
   expect_cached_decoding_equals_full_forward<GPT2Model<TypeParam>>(small_gpt2(), {5, 3, 1, 3});
+}
+
+/// small_gpt2 with 3 layers and the given score scaling.
+TransformerConfig scaled_gpt2(std::optional<double> scale, bool inverse_layer_index) {
+  TransformerConfig config = small_gpt2();
+  config.n_layers = 3;
+  config.score_scaling = {.scale = scale, .inverse_layer_index = inverse_layer_index};
+  return config;
+}
+
+TYPED_TEST(ModelAlgebra, Gpt2WithScoreScalingCachedDecodingEqualsFullForward) {
+  // The cached step's kernel (causal_attention_heads_into) must scale as the full forward does.
+  const std::vector<index_t> one_by_one(12, 1);
+  for (const auto& config :
+       {scaled_gpt2(1.0, false), scaled_gpt2(std::nullopt, true), scaled_gpt2(0.7, true)}) {
+    expect_cached_decoding_equals_full_forward<GPT2Model<TypeParam>>(config, one_by_one);
+    expect_cached_decoding_equals_full_forward<GPT2Model<TypeParam>>(config, {5, 3, 1, 3});
+  }
+}
+
+TYPED_TEST(ModelAlgebra, EachLayerScalesItsScoresByItsOwnIndex) {
+  const TransformerConfig config = scaled_gpt2(std::nullopt, true);
+  GPT2Model<TypeParam> model(config, {.seed = 3});
+  ASSERT_EQ(model.layers().size(), 3u);
+  for (index_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(model.layers().at(static_cast<std::size_t>(i)).index(), i);
+    EXPECT_EQ(model.layers().at(static_cast<std::size_t>(i)).score_scale(),
+              1.0 / std::sqrt(4.0) / static_cast<double>(i + 1));
+  }
+  // The default keeps today's factor, bit for bit.
+  GPT2Model<TypeParam> plain(small_gpt2(), {.seed = 3});
+  EXPECT_EQ(plain.layers().at(1).score_scale(), 1.0 / std::sqrt(4.0));
 }
 
 TYPED_TEST(ModelAlgebra, LlamaCachedDecodingEqualsFullForward) {
@@ -378,6 +444,14 @@ TEST(Models, Gpt2GradientsMatchFiniteDifferences) {
   expect_gradients_match_finite_differences<GPT2Model<double>>(config);
 }
 
+TEST(Models, Gpt2WithScoreScalingGradientsMatchFiniteDifferences) {
+  // Backward must differentiate the scaled forward: the factor enters dS, hence dq and dk.
+  for (const auto& config : {scaled_gpt2(1.0, false), scaled_gpt2(std::nullopt, true)}) {
+    SCOPED_TRACE(config.score_scaling.scale ? "scale 1" : "inverse layer index");
+    expect_gradients_match_finite_differences<GPT2Model<double>>(config);
+  }
+}
+
 TEST(Models, LlamaGradientsMatchFiniteDifferences) {
   expect_gradients_match_finite_differences<LlamaModel<double>>(small_llama());
 }
@@ -447,6 +521,27 @@ TEST(ModelErrors, AConfigOfAnotherFamilyOrWithNanIsRefused) {
   TransformerConfig bad_eps = small_gpt2();
   bad_eps.norm_eps = -1e-5;
   EXPECT_THROW_WITH(GPT2Model<float>{bad_eps}, ConfigError, "norm_eps must be finite and > 0");
+  TransformerConfig bad_scale = small_gpt2();
+  bad_scale.score_scaling.scale = 0.0;
+  EXPECT_THROW_WITH(GPT2Model<float>{bad_scale}, ConfigError,
+                    "score_scaling.scale must be finite and > 0 (got 0)");
+}
+
+TEST(ModelErrors, ALlamaWithAnotherScoreScalingIsRefused) {
+  // No LLaMA checkpoint holds one: LlamaAttention always scales by 1/√d_k.
+  for (const ScoreScaling scaling : {ScoreScaling{.scale = 1.0}, ScoreScaling{.scale = 0.125},
+                                     ScoreScaling{.inverse_layer_index = true}}) {
+    TransformerConfig config = small_llama();
+    config.score_scaling = scaling;
+    EXPECT_THROW_WITH(LlamaModel<float>{config}, ConfigError,
+                      "LlamaModel: config.score_scaling is not 1/√d_k, LlamaModel needs 1/√d_k in "
+                      "every layer");
+  }
+  TransformerConfig gpt2 = small_gpt2();
+  gpt2.score_scaling.inverse_layer_index = true;
+  EXPECT_NO_THROW(GPT2Model<float>{gpt2});
+  EXPECT_THROW_WITH((GPT2Block<float>{gpt2, 1, 2}), ConfigError,
+                    "score_scale: layer 2 is outside [0, n_layers = 2)");
 }
 
 TEST(ModelErrors, RefusedTrainingCallsChangeNoParameterOrGradient) {

@@ -1,6 +1,11 @@
-// dissect/attention.hpp — causal self-attention, o = softmax(q·kᵀ/√d_k + causal mask)·v, with
+// dissect/attention.hpp — causal self-attention, o = softmax(s·q·kᵀ + causal mask)·v, with
 // grouped-query attention: query head h reads key/value head h / (H / H_kv), as Hugging Face's
 // repeat_kv does, but without materialising the repeated k and v.
+//
+// The score scale s is 1/√d_k unless the caller gives another (`scale`, finite and > 0): GPT-2
+// checkpoints may turn the √d_k off or divide layer i's scores by i + 1 as well
+// (TransformerConfig::score_scale gives a layer's s). Training's forward records s in its cache,
+// so backward always differentiates the function forward computed.
 //
 // Positions: q holds the T newest positions, k and v all S ≥ T positions so far (a KV cache's
 // earlier ones first), so query t sits at position S − T + t and attends to keys 0 … S − T + t.
@@ -19,9 +24,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "dissect/config.hpp"
 #include "dissect/error.hpp"
 #include "dissect/module.hpp"
 #include "dissect/qkv.hpp"
@@ -39,31 +46,40 @@ namespace dissect {
 /// What training's attention keeps for backward; reusable across steps of one shape.
 template <class Scalar>
 struct AttentionCache {
-  Tensor<Scalar, 4> probs;  ///< P = softmax(q·kᵀ/√d_k + mask): [B, H, T, S]
+  Tensor<Scalar, 4> probs;  ///< P = softmax(s·q·kᵀ + mask): [B, H, T, S]
+  /// The score scale s forward used (unset: 1/√d_k), which backward applies again.
+  std::optional<double> scale = std::nullopt;
 };
 
 /// q: [B, H, T, d_k], k, v: [B, H_kv, S, d_k] with S ≥ T → o: [B, H, T, d_k], by online softmax.
+/// `scale` multiplies the scores q·kᵀ; unset → 1/√d_k.
 /// Threads: with OpenMP, the B·H heads are shared among the team (one scratch tile per thread).
 /// @throws ShapeError naming the operation, the tensor and both shapes if the ranks, B, d_k or
-///         the key/value shapes differ, H_kv does not divide H, or S < T.
+///         the key/value shapes differ, H_kv does not divide H, or S < T; ConfigError
+///         "causal_attention: scale must be finite and > 0 (got …)".
 template <TensorLike Q, TensorLike K, TensorLike V>
-Tensor<scalar_of<Q>, 4> causal_attention(const Q& q, const K& k, const V& v);
+Tensor<scalar_of<Q>, 4> causal_attention(const Q& q, const K& k, const V& v,
+                                         std::optional<double> scale = std::nullopt);
 
 /// As causal_attention, into a caller's o: [B, H, T, d_k] (old values never read; it must not
 /// overlap q, k or v). @throws as causal_attention, or ShapeError for o.
 template <TensorLike Q, TensorLike K, TensorLike V, WritableTensor O>
-void causal_attention_into(const Q& q, const K& k, const V& v, O&& o);
+void causal_attention_into(const Q& q, const K& k, const V& v, O&& o,
+                           std::optional<double> scale = std::nullopt);
 
-/// As causal_attention, keeping the probabilities in `cache` for backward (training).
+/// As causal_attention, keeping the probabilities and the scale in `cache` for backward.
 template <TensorLike Q, TensorLike K, TensorLike V>
 Tensor<scalar_of<Q>, 4> causal_attention(const Q& q, const K& k, const V& v,
-                                         AttentionCache<scalar_of<Q>>& cache);
+                                         AttentionCache<scalar_of<Q>>& cache,
+                                         std::optional<double> scale = std::nullopt);
 
-/// q, k, v and cache from causal_attention(q, k, v, cache), dout: [B, H, T, d_k] →
-/// {dq [B, H, T, d_k], dk, dv [B, H_kv, S, d_k]}. Per head, with P the cached probabilities:
-///   dv = Pᵀ·dout,  dP = dout·vᵀ,  dS = P ⊙ (dP − rowsum(dP ⊙ P)) / √d_k,
+/// q, k, v and cache from causal_attention(q, k, v, cache, scale), dout: [B, H, T, d_k] →
+/// {dq [B, H, T, d_k], dk, dv [B, H_kv, S, d_k]}. Per head, with P the cached probabilities and
+/// s the cached scale (the forward's, so the two cannot disagree):
+///   dv = Pᵀ·dout,  dP = dout·vᵀ,  dS = s · P ⊙ (dP − rowsum(dP ⊙ P)),
 ///   dq = dS·k,  dk = dSᵀ·q   (dk, dv summed over the H / H_kv query heads of a group).
-/// @throws ShapeError if a shape does not fit q, or the cache holds another shape.
+/// @throws ShapeError if a shape does not fit q, or the cache holds another shape; ConfigError
+///         if the cache's scale is not finite and > 0.
 template <TensorLike Q, TensorLike K, TensorLike V, TensorLike DO>
 QKV<scalar_of<Q>> causal_attention_backward(const Q& q, const K& k, const V& v,
                                             const AttentionCache<scalar_of<Q>>& cache,
@@ -98,15 +114,17 @@ HeadMatrices<T> heads_of(const TensorView<T, 4>& x) {
   return {x.data(), x.dim(1), x.dim(2), x.dim(3), x.dim(2) * x.dim(3)};
 }
 
-/// o = causal softmax(q·kᵀ/√d_k)·v on heads given as strided matrices: the kernel behind
-/// causal_attention_into, for callers whose keys and values are not one contiguous tensor (the
-/// first S positions of a KV cache, KVCache::keys / values). q and o: B·H heads of T rows; k, v:
-/// B·H_kv heads of S ≥ T rows, the last T of them at the queries' positions.
-/// @throws ShapeError naming the operand if the head counts, rows or d_k do not fit.
+/// o = causal softmax(scale·q·kᵀ)·v (scale unset: 1/√d_k) on heads given as strided matrices:
+/// the kernel behind causal_attention_into, for callers whose keys and values are not one
+/// contiguous tensor (the first S positions of a KV cache, KVCache::keys / values). q and o: B·H
+/// heads of T rows; k, v: B·H_kv heads of S ≥ T rows, the last T of them at the queries'
+/// positions.
+/// @throws ShapeError naming the operand if the head counts, rows or d_k do not fit;
+///         ConfigError for a scale that is not finite and > 0.
 template <class Scalar>
 void causal_attention_heads_into(HeadMatrices<const Scalar> q, HeadMatrices<const Scalar> k,
                                  HeadMatrices<const Scalar> v, HeadMatrices<Scalar> o,
-                                 index_t batch);
+                                 index_t batch, std::optional<double> scale = std::nullopt);
 
 namespace detail {
 
@@ -115,14 +133,23 @@ namespace detail {
 inline constexpr index_t attention_key_block = 64;
 inline constexpr index_t attention_query_block = 64;
 
+/// The score scale in Scalar: `scale` if given (checked finite and > 0), else 1/√d_k, computed
+/// in double and rounded once, so every entry point scales alike.
+/// @throws ConfigError "op: scale must be finite and > 0 (got …)".
+template <class Scalar>
+Scalar score_scale(std::string_view op, std::optional<double> scale, index_t head_dim) {
+  if (scale) return static_cast<Scalar>(require_positive_finite(op, "scale", *scale));
+  return static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+}
+
 /// o = causal softmax(q·kᵀ·scale)·v for every (b, h), by online softmax over key blocks. Shapes
 /// already checked: q has B·H heads of T rows, k and v B·H_kv heads of S ≥ T rows.
 template <class Scalar>
 void online_causal_attention(HeadMatrices<const Scalar> q, HeadMatrices<const Scalar> k,
-                             HeadMatrices<const Scalar> v, HeadMatrices<Scalar> o, index_t batch) {
+                             HeadMatrices<const Scalar> v, HeadMatrices<Scalar> o, index_t batch,
+                             Scalar scale) {
   const index_t heads = q.n_heads, group = q.n_heads / k.n_heads;
   const index_t tokens = q.rows, offset = k.rows - q.rows, d_k = q.head_dim;
-  const Scalar scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(d_k)));
   const index_t pairs = batch * heads;
   constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
 #ifdef _OPENMP
@@ -215,7 +242,7 @@ void check_attention_output(std::string_view op, const char* name, const Shape<4
 // ---- implementation -----------------------------------------------------------------------------
 
 template <TensorLike Q, TensorLike K, TensorLike V, WritableTensor O>
-void causal_attention_into(const Q& q, const K& k, const V& v, O&& o) {
+void causal_attention_into(const Q& q, const K& k, const V& v, O&& o, std::optional<double> scale) {
   using Scalar = scalar_of<Q>;
   require_layer_scalar<Scalar, K>();
   require_layer_scalar<Scalar, V>();
@@ -230,15 +257,16 @@ void causal_attention_into(const Q& q, const K& k, const V& v, O&& o) {
   if (out.overlaps(qv) || out.overlaps(kv) || out.overlaps(vv)) {
     throw ShapeError(detail::concat(op, ": o must not share memory with q, k or v"));
   }
+  const Scalar s = detail::score_scale<Scalar>(op, scale, qv.dim(3));
   if (out.empty()) return;
   detail::online_causal_attention<Scalar>(heads_of(qv), heads_of(kv), heads_of(vv), heads_of(out),
-                                          out.dim(0));
+                                          out.dim(0), s);
 }
 
 template <class Scalar>
 void causal_attention_heads_into(HeadMatrices<const Scalar> q, HeadMatrices<const Scalar> k,
                                  HeadMatrices<const Scalar> v, HeadMatrices<Scalar> o,
-                                 index_t batch) {
+                                 index_t batch, std::optional<double> scale) {
   constexpr std::string_view op = "causal_attention_heads_into";
   const auto text = [](const char* name, const auto& m) {
     return concat(name, ": ", m.n_heads, " heads of [", m.rows, ", ", m.head_dim, "]");
@@ -261,28 +289,33 @@ void causal_attention_heads_into(HeadMatrices<const Scalar> q, HeadMatrices<cons
       o.head_stride < o.rows * o.head_dim) {
     throw ShapeError(concat(op, ": a head stride is shorter than its head", shapes));
   }
+  const Scalar s = detail::score_scale<Scalar>(op, scale, q.head_dim);
   if (batch == 0 || q.rows == 0) return;
-  detail::online_causal_attention<Scalar>(q, k, v, o, batch);
+  detail::online_causal_attention<Scalar>(q, k, v, o, batch, s);
 }
 
 template <TensorLike Q, TensorLike K, TensorLike V>
-Tensor<scalar_of<Q>, 4> causal_attention(const Q& q, const K& k, const V& v) {
+Tensor<scalar_of<Q>, 4> causal_attention(const Q& q, const K& k, const V& v,
+                                         std::optional<double> scale) {
   auto out = Tensor<scalar_of<Q>, 4>::uninitialized(const_view(q).shape());
-  causal_attention_into(q, k, v, out);
+  causal_attention_into(q, k, v, out, scale);
   return out;
 }
 
 template <TensorLike Q, TensorLike K, TensorLike V>
 Tensor<scalar_of<Q>, 4> causal_attention(const Q& q, const K& k, const V& v,
-                                         AttentionCache<scalar_of<Q>>& cache) {
+                                         AttentionCache<scalar_of<Q>>& cache,
+                                         std::optional<double> scale) {
   using Scalar = scalar_of<Q>;
   require_layer_scalar<Scalar, K>();
   require_layer_scalar<Scalar, V>();
+  constexpr std::string_view op = "causal_attention";
   const auto qv = const_view(q), kv = const_view(k), vv = const_view(v);
-  detail::check_attention_inputs("causal_attention", qv, kv, vv);
+  detail::check_attention_inputs(op, qv, kv, vv);
   const index_t batch = qv.dim(0), heads = qv.dim(1), tokens = qv.dim(2), keys = kv.dim(2);
   const index_t group = heads / kv.dim(1), offset = keys - tokens;
-  const Scalar scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(qv.dim(3))));
+  const Scalar s = detail::score_scale<Scalar>(op, scale, qv.dim(3));
+  cache.scale = scale;
   auto probs = reuse_buffer(cache.probs, Shape<4>{batch, heads, tokens, keys});
   auto out = Tensor<Scalar, 4>::uninitialized(qv.shape());
   const auto qh = heads_of(qv), kh = heads_of(kv), vh = heads_of(vv);
@@ -301,7 +334,7 @@ Tensor<scalar_of<Q>, 4> causal_attention(const Q& q, const K& k, const V& v,
       // Row t sees keys [0, offset + t]; the masked rest is exactly 0 after the softmax.
       const index_t visible = offset + t + 1;
       auto row = p.row(t).head(visible);
-      row *= scale;
+      row *= s;
       row = (row.array() - row.maxCoeff()).exp().matrix();
       row /= row.sum();
       p.row(t).tail(keys - visible).setZero();
@@ -333,7 +366,7 @@ QKV<scalar_of<Q>> causal_attention_backward(const Q& q, const K& k, const V& v,
                        " (fill the cache with causal_attention(q, k, v, cache))"));
   }
   const index_t group = heads / kv.dim(1), d_k = qv.dim(3);
-  const Scalar scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(d_k)));
+  const Scalar scale = detail::score_scale<Scalar>(op, cache.scale, d_k);
   QKV<Scalar> grads{Tensor<Scalar, 4>::uninitialized(qv.shape()), Tensor<Scalar, 4>(kv.shape()),
                     Tensor<Scalar, 4>(kv.shape())};
   const auto qh = heads_of(qv), kh = heads_of(kv), vh = heads_of(vv);
@@ -359,7 +392,7 @@ QKV<scalar_of<Q>> causal_attention_backward(const Q& q, const K& k, const V& v,
         const auto d_out = doh.head(b, h);
         dvh.head(b, g).noalias() += p.transpose() * d_out;
         d_scores.noalias() = d_out * vh.head(b, g).transpose();
-        // Softmax backward row by row: dS = P ⊙ (dP − Σ_j dP·P) (masked P = 0 gives dS = 0).
+        // Softmax backward row by row: dS = s · P ⊙ (dP − Σ_j dP·P) (masked P = 0 gives dS = 0).
         dot.noalias() = d_scores.cwiseProduct(p).rowwise().sum();
         d_scores = p.cwiseProduct(d_scores.colwise() - dot) * scale;
         dqh.head(b, h).noalias() = d_scores * kh.head(b, g);

@@ -2,7 +2,9 @@
 //
 // TransformerConfig holds exactly what the accounting needs: the sizes (D, L, H, H_kv, d_k, F,
 // V, context) and the style choices that change the parameter count (tied head, learned or
-// rotary positions, LayerNorm or RMSNorm, biases, plain or gated FFN). No values, no weights.
+// rotary positions, LayerNorm or RMSNorm, biases, plain or gated FFN), plus the few settings that
+// change only a built model's arithmetic (norm eps, RoPE θ, attention-score scaling). No values,
+// no weights.
 // validate() is the one place that decides whether a configuration is possible; each style enum
 // has one check_* function that every entry point uses, so a value cast from outside the enum's
 // range is a ConfigError, never a silently wrong branch.
@@ -47,6 +49,22 @@ Positions check_positions(std::string_view op, Positions value);
 Norm check_norm(std::string_view op, Norm value);
 Ffn check_ffn(std::string_view op, Ffn value);
 
+/// How attention scales its scores q·kᵀ before the softmax. The default, 1/√d_k in every layer,
+/// is what almost every model does; Hugging Face's GPT2Attention has two switches that change it,
+/// and a checkpoint trained with them computes other scores without them:
+///   scale_attn_weights: false              → scale = 1 (scores not divided by √d_k)
+///   scale_attn_by_inverse_layer_idx: true  → inverse_layer_index (layer i's divided by i + 1)
+struct ScoreScaling {
+  /// The factor of every layer's scores; unset → 1/√d_k.
+  std::optional<double> scale = std::nullopt;
+  /// Layer i (counting from 0) further divides its scores by i + 1.
+  bool inverse_layer_index = false;
+
+  /// Neither switch set: 1/√d_k everywhere.
+  bool is_default() const { return !scale && !inverse_layer_index; }
+  bool operator==(const ScoreScaling&) const = default;
+};
+
 /// The shapes and style of a decoder-only transformer. Defaults are GPT-2's style; sizes have
 /// no meaningful default and must be set. Every member has a default initializer, so a designated
 /// initializer (`{.d_model = 8, .n_layers = 2, …}`) may name only the fields it sets.
@@ -70,6 +88,8 @@ struct TransformerConfig {
   /// RoPE's base θ (config.json "rope_theta"; LLaMA 1/2: 10000, LLaMA 3: 500000). Used only with
   /// rotary positions.
   double rope_theta = 10000.0;
+  /// The attention scores' factor (default: 1/√d_k in every layer). Changes no count.
+  ScoreScaling score_scaling = {};
 
   /// H_kv: n_kv_heads if set, else n_heads.
   index_t kv_heads() const { return n_kv_heads.value_or(n_heads); }
@@ -80,8 +100,14 @@ struct TransformerConfig {
     return n_heads > 0 ? d_model / n_heads : 0;
   }
 
+  /// The factor layer `layer` (from 0) multiplies its scores q·kᵀ by: score_scaling.scale (unset:
+  /// 1/√d_k), divided by layer + 1 with inverse_layer_index. Computed in double, as one factor.
+  /// @throws ConfigError if layer is outside [0, n_layers).
+  double score_scale(index_t layer) const;
+
   /// Checks that the configuration can exist: every size > 0, D % H == 0 when d_k is derived,
-  /// H_kv dividing H, every style enum in range, rope_theta (and norm_eps if set) finite, > 0.
+  /// H_kv dividing H, every style enum in range, rope_theta (and norm_eps and
+  /// score_scaling.scale if set) finite and > 0.
   /// @throws ConfigError naming the offending field (or enum type) and its value.
   void validate() const;
 };
@@ -205,6 +231,19 @@ inline void TransformerConfig::validate() const {
   check_ffn(op, ffn);
   if (norm_eps) require_positive_finite(op, "norm_eps", *norm_eps);
   require_positive_finite(op, "rope_theta", rope_theta);
+  if (score_scaling.scale) require_positive_finite(op, "score_scaling.scale", *score_scaling.scale);
+}
+
+inline double TransformerConfig::score_scale(index_t layer) const {
+  if (layer < 0 || layer >= n_layers) {
+    throw ConfigError(detail::concat("TransformerConfig::score_scale: layer ", layer,
+                                     " is outside [0, n_layers = ", n_layers, ")"));
+  }
+  // 1/√d_k exactly as attention computed it before the setting existed, so a default config's
+  // scores keep their bits.
+  const double scale =
+      score_scaling.scale.value_or(1.0 / std::sqrt(static_cast<double>(head_size())));
+  return score_scaling.inverse_layer_index ? scale / static_cast<double>(layer + 1) : scale;
 }
 
 namespace detail {

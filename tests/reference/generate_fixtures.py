@@ -873,12 +873,18 @@ def split_heads(fused, c):
     return [t.view(B, T, n, d_k).transpose(1, 2) for t, n in ((q, H), (k, H_kv), (v, H_kv))]
 
 
-def causal_attention(q, k, v):
+def causal_attention(q, k, v, scale_attn_weights=True, layer_idx=None):
     """softmax(q·kᵀ/√d_k, keys after the query masked)·v, heads merged back to [B, T, H·d_k].
-    Query head h reads key/value head h // (H / H_kv), as HF's repeat_kv."""
+    Query head h reads key/value head h // (H / H_kv), as HF's repeat_kv. As HF's GPT2Attention:
+    no /√d_k without scale_attn_weights, and a further /(layer_idx + 1) when a layer_idx is given
+    (scale_attn_by_inverse_layer_idx)."""
     B, H, T, d_k = q.shape
     k, v = (t.repeat_interleave(H // t.shape[1], dim=1) for t in (k, v))
-    scores = q @ k.transpose(-1, -2) / math.sqrt(d_k)
+    scores = q @ k.transpose(-1, -2)
+    if scale_attn_weights:
+        scores = scores / math.sqrt(d_k)  # torch.full([], v.size(-1) ** 0.5) in HF
+    if layer_idx is not None:
+        scores = scores / float(layer_idx + 1)
     future = torch.ones(T, T, dtype=torch.bool).triu(1)  # key position > query position
     scores = scores.masked_fill(future, float("-inf"))
     return (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, H * d_k)
@@ -888,11 +894,14 @@ def gpt2_logits(p, c, ids):
     """GPT-2 (pre-norm, learned positions, tanh GELU, head tied to wte) in plain torch."""
     T, D, eps = ids.shape[1], c["d_model"], c["norm_eps"]
     x = nnf.embedding(ids, p["wte.weight"]) + nnf.embedding(torch.arange(T), p["wpe.weight"])
+    scaled = bool(c.get("scale_attn_weights", 1))
+    by_layer = bool(c.get("scale_attn_by_inverse_layer_idx", 0))
     for i in range(c["n_layers"]):
         w = {name[len(f"h.{i}."):]: t for name, t in p.items() if name.startswith(f"h.{i}.")}
         a = nnf.layer_norm(x, (D,), w["ln_1.weight"], w["ln_1.bias"], eps)
         q, k, v = split_heads(nnf.linear(a, w["attn.qkv.weight"], w["attn.qkv.bias"]), c)
-        x = x + nnf.linear(causal_attention(q, k, v), w["attn.proj.weight"], w["attn.proj.bias"])
+        o = causal_attention(q, k, v, scaled, i if by_layer else None)
+        x = x + nnf.linear(o, w["attn.proj.weight"], w["attn.proj.bias"])
         m = nnf.layer_norm(x, (D,), w["ln_2.weight"], w["ln_2.bias"], eps)
         up = nnf.gelu(nnf.linear(m, w["mlp.up.weight"], w["mlp.up.bias"]), approximate="tanh")
         x = x + nnf.linear(up, w["mlp.down.weight"], w["mlp.down.bias"])
@@ -922,12 +931,26 @@ def llama_logits(p, c, ids):
 MODELS = {"gpt2": (gpt2_parameter_shapes, gpt2_logits),
           "llama": (llama_parameter_shapes, llama_logits)}
 
+# GPT-2's two attention-score switches (config.json scale_attn_weights, default true, and
+# scale_attn_by_inverse_layer_idx, default false), on a smaller GPT-2 of 3 layers, so layer 2's
+# scores are divided by 3. Both cases run one model: weights_gpt2_scaling.txt. Its attention
+# weights are drawn larger (QKV_STD) so the scores are O(1) and their scale moves the softmax:
+# with the other weights' 0.02 every score is ~1e-3 and any scale gives nearly uniform attention.
+SCALING_CONFIG = dict(d_model=8, n_layers=3, n_heads=2, n_kv_heads=2, head_dim=4, d_ff=16,
+                      vocab=17, context=8, B=2, T=6, norm_eps=1e-5, tied=1, bias=1)
+SCALING_CASES = {
+    "gpt2_unscaled": dict(scale_attn_weights=0, scale_attn_by_inverse_layer_idx=0),
+    "gpt2_inverse_layer": dict(scale_attn_weights=1, scale_attn_by_inverse_layer_idx=1),
+}
+QKV_STD = 0.5
 
-def model_run(arch, weights, ids, targets, dtype):
+
+def model_run(arch, weights, ids, targets, dtype, c=None):
     """Logits, mean cross-entropy and every parameter's gradient, with the float64 weights cast
     (exactly) to dtype. Checks the model on the way: no logit may depend on a later token or on
     another sequence, and with weights this small the loss is close to log(V)."""
-    c, logits_of = MODEL_CONFIGS[arch], MODELS[arch][1]
+    c = c or MODEL_CONFIGS[arch]
+    logits_of = MODELS[arch][1]
     params = {name: w.to(dtype).requires_grad_(True) for name, w in weights.items()}
     logits = logits_of(params, c, ids)
     loss = nnf.cross_entropy(logits.reshape(-1, c["vocab"]), targets.reshape(-1))
@@ -980,7 +1003,46 @@ def generate_model(root: Path):
     return written
 
 
+def generate_model_scaling(root: Path):
+    """weights_gpt2_scaling.txt and <f32|f64>_<case>.txt for each of SCALING_CASES: the same
+    GPT-2 run with one of its attention switches set. Checks that each case's logits differ from
+    the default scaling's by far more than float32 rounding, so a test of them sees the switch."""
+    written, c = {}, SCALING_CONFIG
+    torch.manual_seed(seed_for("model_gpt2_scaling"))
+    weights = {}
+    for name, shape, gain in gpt2_parameter_shapes(c):
+        std = GAIN_STD if gain else QKV_STD if name.endswith("attn.qkv.weight") else WEIGHT_STD
+        w = torch.randn(*shape, dtype=torch.float64) * std
+        weights[name] = dyadic(w + 1 if gain else w)
+    torch.manual_seed(seed_for("model_gpt2_scaling_tokens"))
+    seq = torch.randint(0, c["vocab"], (c["B"], c["T"] + 1))
+    ids, targets = seq[:, :-1], seq[:, 1:]
+    meta = {key: repr(v) if isinstance(v, float) else v for key, v in c.items()}
+    path = root / "model_scaling" / "weights_gpt2_scaling.txt"
+    written[path] = write_fixture(path, "weights_gpt2_scaling", torch.float64, meta, weights)
+    with torch.no_grad():
+        default = gpt2_logits(weights, c, ids)
+    for case, switches in SCALING_CASES.items():
+        run_config = dict(c, **switches)
+        runs = {}
+        for prefix, dtype in DTYPES.items():
+            # A copy each run: .to(float64) would hand model_run the tensors themselves, and
+            # their gradients would add up across runs.
+            copy = {n: w.clone() for n, w in weights.items()}
+            runs[prefix] = model_run("gpt2", copy, ids, targets, dtype, run_config)
+            name = f"{prefix}_{case}"
+            path = root / "model_scaling" / f"{name}.txt"
+            written[path] = write_fixture(path, name, dtype, dict(meta, **switches), runs[prefix])
+        assert torch.allclose(runs["f32"]["logits"].double(), runs["f64"]["logits"], atol=1e-5)
+        moved = (runs["f64"]["logits"] - default).abs().max().item()
+        assert moved > 1e-3 * default.abs().max().item(), (case, moved)
+        print(f"{case}: loss f64 {runs['f64']['loss'].item()!r}, logits moved {moved!r} "
+              f"from the default scaling's (max |logit| {default.abs().max().item()!r})")
+    return written
+
+
 BLOCKS["model"] = generate_model
+BLOCKS["model_scaling"] = generate_model_scaling
 
 
 # ---- hf: the same tiny models as Hugging Face checkpoints -----------------------------------------

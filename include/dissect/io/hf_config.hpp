@@ -1,12 +1,21 @@
 // dissect/io/hf_config.hpp — a Hugging Face config.json as a TransformerConfig.
 //
 // Two model types are read: "gpt2" (n_embd, n_layer, n_head, n_inner, vocab_size, n_positions,
-// layer_norm_epsilon, activation_function, tie_word_embeddings) and "llama" (hidden_size,
-// intermediate_size, num_attention_heads, num_key_value_heads, num_hidden_layers, vocab_size,
+// layer_norm_epsilon, activation_function, tie_word_embeddings, scale_attn_weights,
+// scale_attn_by_inverse_layer_idx) and "llama" (hidden_size, intermediate_size,
+// num_attention_heads, num_key_value_heads, num_hidden_layers, vocab_size,
 // max_position_embeddings, rms_norm_eps, rope_theta, tie_word_embeddings, attention_bias,
 // hidden_act). A setting dissect's models do not implement (another activation, RoPE scaling,
 // biases on attention but not the MLP) is a ConfigError naming the key, never a silently
 // different model.
+//
+// GPT-2's two attention switches become TransformerConfig::score_scaling, as GPT2Attention applies
+// them: scale_attn_weights: false → scale 1 (no 1/√d_k), scale_attn_by_inverse_layer_idx: true →
+// layer i's scores further divided by i + 1. reorder_and_upcast_attn is read by no one: it changes
+// only the precision of transformers' fp16 attention (scores computed in fp32), never the
+// function, and dissect's scores are in the model's own precision (float or double) anyway.
+// LLaMA's attention has no such switches (LlamaAttention always scales by 1/√d_k), so in a llama
+// config.json these keys are ignored, as transformers ignores them.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -140,7 +150,28 @@ class ConfigReader {
 struct SizeKeys {
   std::array<const char*, 8> names;
   bool d_ff_defaults_to_4d;  ///< GPT-2's n_inner: null or absent means 4·D
+
+  enum Size { d_model, n_layers, n_heads, n_kv_heads, head_dim, d_ff, vocab, context };
+  /// The file's key for `size`, or nullptr.
+  const char* operator[](Size size) const { return names[size]; }
 };
+
+inline constexpr SizeKeys gpt2_size_keys{
+    {"n_embd", "n_layer", "n_head", nullptr, nullptr, "n_inner", "vocab_size", "n_positions"},
+    true};
+inline constexpr SizeKeys llama_size_keys{
+    {"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+     "intermediate_size", "vocab_size", "max_position_embeddings"},
+    false};
+/// config_to_json's names (io/model_file.hpp): TransformerConfig's own fields.
+inline constexpr SizeKeys dissect_size_keys{
+    {"d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff", "vocab", "context"},
+    false};
+
+/// The keys a config.json of `family` gives its sizes under.
+inline const SizeKeys& hf_size_keys(ModelFamily family) {
+  return family == ModelFamily::gpt2 ? gpt2_size_keys : llama_size_keys;
+}
 
 /// The sizes of a config, read under the file's own key names; the style is left as given.
 inline TransformerConfig read_sizes(const ConfigReader& r, const SizeKeys& keys,
@@ -151,8 +182,17 @@ inline TransformerConfig read_sizes(const ConfigReader& r, const SizeKeys& keys,
   c.n_heads = r.count(n_heads);
   if (n_kv_heads) c.n_kv_heads = r.optional_count(n_kv_heads);
   if (head_dim) c.head_dim = r.optional_count(head_dim);
-  c.d_ff =
-      keys.d_ff_defaults_to_4d ? r.optional_count(d_ff).value_or(4 * c.d_model) : r.count(d_ff);
+  if (keys.d_ff_defaults_to_4d && !r.has(d_ff)) {
+    if (c.d_model > std::numeric_limits<index_t>::max() / 4) {
+      r.fail(d_model,
+             dissect::detail::concat("is too large: ", d_ff, " (null) means 4·", d_model,
+                                     ", which overflows int64"),
+             r.value(d_model));
+    }
+    c.d_ff = 4 * c.d_model;
+  } else {
+    c.d_ff = r.count(d_ff);
+  }
   c.vocab = r.count(vocab);
   c.context = r.count(context);
   return c;
@@ -160,31 +200,20 @@ inline TransformerConfig read_sizes(const ConfigReader& r, const SizeKeys& keys,
 
 inline TransformerConfig gpt2_from(const ConfigReader& r) {
   // GPT-2's style is TransformerConfig's default.
-  TransformerConfig c = read_sizes(
-      r, {{"n_embd", "n_layer", "n_head", nullptr, nullptr, "n_inner", "vocab_size", "n_positions"},
-          true});
+  TransformerConfig c = read_sizes(r, gpt2_size_keys);
   c.norm_eps = r.number("layer_norm_epsilon", 1e-5);
   c.tied_embeddings = r.flag("tie_word_embeddings", true);
   // GPT-2's "gelu_new" is the tanh approximation, the only GELU its blocks use.
   r.require_text("activation_function", {"gelu_new", "gelu_pytorch_tanh"}, "gelu_new");
-  // Two attention-score scalings of HF's GPT2Attention that dissect's attention does not apply:
-  // run as if absent, such a checkpoint would generate other tokens than it does in transformers.
-  if (!r.flag("scale_attn_weights", true)) {
-    r.fail("scale_attn_weights", "is not supported (scores are always scaled by 1/√d_k)",
-           r.value("scale_attn_weights"));
-  }
-  if (r.flag("scale_attn_by_inverse_layer_idx", false)) {
-    r.fail("scale_attn_by_inverse_layer_idx", "is not supported (no per-layer score scaling)",
-           r.value("scale_attn_by_inverse_layer_idx"));
-  }
+  // GPT2Attention: scores /= √d_k only if scale_attn_weights (default true), then /= layer_idx + 1
+  // if scale_attn_by_inverse_layer_idx (default false).
+  if (!r.flag("scale_attn_weights", true)) c.score_scaling.scale = 1.0;
+  c.score_scaling.inverse_layer_index = r.flag("scale_attn_by_inverse_layer_idx", false);
   return c;
 }
 
 inline TransformerConfig llama_from(const ConfigReader& r) {
-  TransformerConfig c = read_sizes(
-      r, {{"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-           "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings"},
-          false});
+  TransformerConfig c = read_sizes(r, llama_size_keys);
   c.norm_eps = r.number("rms_norm_eps", 1e-6);
   c.rope_theta = r.number("rope_theta", 10000.0);
   c.tied_embeddings = r.flag("tie_word_embeddings", false);
@@ -199,6 +228,8 @@ inline TransformerConfig llama_from(const ConfigReader& r) {
   if (r.has("rope_scaling")) {
     r.fail("rope_scaling", "is not supported (plain RoPE only)", r.value("rope_scaling"));
   }
+  // GPT-2's scale_attn_weights / scale_attn_by_inverse_layer_idx, if a llama file carries them,
+  // are left alone: LlamaAttention never reads them, so the model keeps 1/√d_k.
   return c;
 }
 

@@ -5,8 +5,10 @@
 //
 // built from the library's blocks (QKVProjection, causal attention, AttentionOutput, FeedForward
 // or GatedFeedForward, LayerNorm or RMSNorm). Style (models/styles.hpp) picks the parts and the
-// names; the config gives the sizes. Three forwards: training (keeps what backward needs),
-// inference (online-softmax attention, nothing kept) and decoding with a KV cache.
+// names; the config gives the sizes and the attention scores' scale, which can depend on the
+// layer's index in its model (TransformerConfig::score_scale). Three forwards: training (keeps
+// what backward needs), inference (online-softmax attention, nothing kept) and decoding with a KV
+// cache; all three scale the scores alike, and backward by the scale its forward used.
 #pragma once
 
 #include <optional>
@@ -68,9 +70,16 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
     typename FfnType::Cache ffn;
   };
 
-  /// The layer of `config` (checked with check_style); its Linear layers are drawn from `seed`.
-  /// @throws ConfigError as check_style.
-  DecoderLayer(const TransformerConfig& config, std::uint64_t seed);
+  /// Layer `index` (from 0) of a model of `config` (checked with check_style); its Linear layers
+  /// are drawn from `seed`. The index matters only to a config whose score scaling depends on
+  /// the layer (score_scaling.inverse_layer_index).
+  /// @throws ConfigError as check_style, or if index is outside [0, n_layers).
+  DecoderLayer(const TransformerConfig& config, std::uint64_t seed, index_t index = 0);
+
+  /// The layer's index in its model, and the factor of its attention scores q·kᵀ
+  /// (config.score_scale(index)).
+  index_t index() const { return index_; }
+  double score_scale() const { return score_scale_; }
 
   NormType& attention_norm() { return norm1_; }
   const NormType& attention_norm() const { return norm1_; }
@@ -131,6 +140,8 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
   Tensor<Scalar, 3> finish(ConstTensorView<Scalar, 3> x, ConstTensorView<Scalar, 4> attended,
                            ShapeTrace* trace) const;
 
+  index_t index_;
+  double score_scale_;
   NormType norm1_;
   QKVProjection<Scalar> qkv_;
   AttentionOutput<Scalar> proj_;
@@ -187,9 +198,11 @@ auto DecoderLayer<Scalar, Style>::make_ffn(const TransformerConfig& config, std:
 }
 
 template <class Scalar, const DecoderStyle& Style>
-DecoderLayer<Scalar, Style>::DecoderLayer(const TransformerConfig& config, std::uint64_t seed)
-    : norm1_((check_style(Style.layer_name, Style, config), config.d_model),
-             config.norm_eps.value_or(NormType::default_eps)),
+DecoderLayer<Scalar, Style>::DecoderLayer(const TransformerConfig& config, std::uint64_t seed,
+                                          index_t index)
+    : index_(index),
+      score_scale_((check_style(Style.layer_name, Style, config), config.score_scale(index))),
+      norm1_(config.d_model, config.norm_eps.value_or(NormType::default_eps)),
       qkv_(config.d_model, config.n_heads,
            QKVOptions{.n_kv_heads = config.kv_heads(), .bias = config.bias, .seed = seed}),
       proj_(config.d_model, config.n_heads, BlockOptions{.bias = config.bias, .seed = seed + 1}),
@@ -213,7 +226,8 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::forward(ConstTensorView<Scalar, 3
   cache.normed1 = norm1_.forward(x, cache.norm1);
   cache.qkv = qkv_.forward(cache.normed1);
   rotate(cache.qkv, 0, rope);
-  cache.attended = causal_attention(cache.qkv.q, cache.qkv.k, cache.qkv.v, cache.attention);
+  cache.attended =
+      causal_attention(cache.qkv.q, cache.qkv.k, cache.qkv.v, cache.attention, score_scale_);
   detail::trace_attention(trace, cache.qkv, cache.qkv.k.dim(2));
   cache.residual = proj_.forward(cache.attended);
   detail::trace_stage(trace, stage::head_merge, cache.residual.shape());
@@ -233,7 +247,8 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::backward(ConstTensorView<Scalar, 
   auto d_residual =
       norm2_.backward(cache.residual, cache.norm2, ffn_.backward(cache.normed2, cache.ffn, dy));
   detail::add_into<Scalar>(d_residual, dy);
-  // Through attention and its residual: dx = d x₂ + norm₁ᵀ(QKVᵀ(attentionᵀ(W_Oᵀ d x₂))).
+  // Through attention and its residual: dx = d x₂ + norm₁ᵀ(QKVᵀ(attentionᵀ(W_Oᵀ d x₂))); the
+  // attention cache holds the forward's score scale.
   auto grads = causal_attention_backward(cache.qkv.q, cache.qkv.k, cache.qkv.v, cache.attention,
                                          proj_.backward(cache.attended, d_residual));
   if constexpr (Style.positions == Positions::rotary) {
@@ -271,10 +286,10 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::infer(ConstTensorView<Scalar, 3> 
     detail::trace_attention(trace, qkv, keys);
     causal_attention_heads_into<Scalar>(heads_of(qkv.q.cview()), kv->keys(layer, keys),
                                         kv->values(layer, keys), heads_of(attended.view()),
-                                        x.dim(0));
+                                        x.dim(0), score_scale_);
   } else {
     detail::trace_attention(trace, qkv, qkv.k.dim(2));
-    causal_attention_into(qkv.q, qkv.k, qkv.v, attended);
+    causal_attention_into(qkv.q, qkv.k, qkv.v, attended, score_scale_);
   }
   return finish(x, attended, trace);
 }

@@ -1,7 +1,7 @@
 // dissect/models/decoder_model.hpp — a whole decoder-only language model: token ids → logits.
 //
 //   x = E[ids] (+ P[positions] for learned positions)
-//   x = layer_{L−1}(… layer_0(x))
+//   x = layer_{L−1}(… layer_0(x))       (layer i scales its scores by config.score_scale(i))
 //   logits = norm_f(x) · W_headᵀ,   W_head = E when the head is tied (GPT-2), else its own [V, D]
 //
 // GPT2Model and LlamaModel are this template with a style (models/styles.hpp); the config gives
@@ -170,9 +170,10 @@ template <class Layer>
 Stack<Layer> build_layers(const TransformerConfig& config, std::uint64_t seed) {
   std::vector<Layer> layers;
   layers.reserve(static_cast<std::size_t>(config.n_layers));
-  // Each layer's Linear members take consecutive seeds from its own: 3 or 4 per layer.
+  // Each layer's Linear members take consecutive seeds from its own: 3 or 4 per layer. Each
+  // knows its index, on which its attention scores' scale may depend.
   for (index_t i = 0; i < config.n_layers; ++i) {
-    layers.emplace_back(config, seed + 8 * static_cast<std::uint64_t>(i));
+    layers.emplace_back(config, seed + 8 * static_cast<std::uint64_t>(i), i);
   }
   return Stack<Layer>(std::move(layers));
 }

@@ -3,7 +3,10 @@
 // A style fixes the parts a TransformerConfig cannot vary for that family (the norm, the FFN, the
 // positions, the activation) and the state_dict names of its modules. The sizes, the head
 // count, grouped-query heads, biases and tying come from the config, so a "GPT-2" with H_kv < H
-// or an untied head is fine; a GPT-2 with RMSNorm is another family and refused.
+// or an untied head is fine; a GPT-2 with RMSNorm is another family and refused. So is a LLaMA
+// whose attention scores are scaled otherwise than by 1/√d_k: GPT-2's attention has switches for
+// that (scale_attn_weights, scale_attn_by_inverse_layer_idx), LLaMA's has none, so no LLaMA
+// checkpoint holds such a model.
 #pragma once
 
 #include <string_view>
@@ -23,6 +26,9 @@ struct DecoderStyle {
   Ffn ffn;
   Positions positions;
   Activation activation;  ///< of a plain MLP (a gated FFN is SwiGLU whatever this says)
+  /// Whether the family's attention may scale its scores otherwise than by 1/√d_k
+  /// (TransformerConfig::score_scaling): GPT-2's may, LLaMA's always uses 1/√d_k.
+  bool score_scaling;
   // state_dict names: the model's members, then a layer's.
   const char* token_embedding;
   const char* position_embedding;  ///< "" when positions are rotary (no parameters)
@@ -43,6 +49,7 @@ inline constexpr DecoderStyle gpt2_style{"gpt2",
                                          Ffn::mlp,
                                          Positions::learned,
                                          Activation::gelu_tanh,
+                                         true,
                                          "wte",
                                          "wpe",
                                          "h",
@@ -61,6 +68,7 @@ inline constexpr DecoderStyle llama_style{"llama",
                                           Ffn::gated,
                                           Positions::rotary,
                                           Activation::silu,
+                                          false,
                                           "embed_tokens",
                                           "",
                                           "layers",
@@ -71,8 +79,9 @@ inline constexpr DecoderStyle llama_style{"llama",
                                           "post_attention_layernorm",
                                           "mlp"};
 
-/// Validates `config` and checks that it is of `style`'s family, and that its heads are
-/// d_k = D / H wide (the attention blocks' layout).
+/// Validates `config` and checks that it is of `style`'s family (the style's parts, and the
+/// default score scaling for a family that has no other), and that its heads are d_k = D / H
+/// wide (the attention blocks' layout).
 /// @throws ConfigError naming `op`, the field and both values.
 inline void check_style(std::string_view op, const DecoderStyle& style,
                         const TransformerConfig& config) {
@@ -85,6 +94,9 @@ inline void check_style(std::string_view op, const DecoderStyle& style,
   if (config.ffn != style.ffn) refuse("ffn", ffn_name(config.ffn), ffn_name(style.ffn));
   if (config.positions != style.positions) {
     refuse("positions", positions_name(config.positions), positions_name(style.positions));
+  }
+  if (!style.score_scaling && !config.score_scaling.is_default()) {
+    refuse("score_scaling", "not 1/√d_k", "1/√d_k in every layer (its attention has no other)");
   }
   if (config.head_size() * config.n_heads != config.d_model) {
     throw ConfigError(detail::concat(op, ": head_dim ", config.head_size(), " · n_heads ",
