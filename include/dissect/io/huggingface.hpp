@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "dissect/io/checkpoint.hpp"
+#include "dissect/io/checkpoint_fit.hpp"
 #include "dissect/io/hf_config.hpp"
 #include "dissect/io/hf_names.hpp"
 #include "dissect/io/state_dict.hpp"
@@ -32,8 +33,12 @@ class HfCheckpointView {
  public:
   /// Maps every tensor of `checkpoint` (which must outlive the view) for the model `config`
   /// describes (its family; its tied head, whose lm_head.weight copy is hidden).
-  /// @throws FormatError naming the tensor if a projection is not a matrix, or a stacked qkv's
-  ///         parts disagree in width or dtype.
+  /// @throws FormatError naming the tensor if a projection is not a matrix, a stacked qkv's
+  ///         parts disagree in width or dtype, or two of the file's names are one of dissect's
+  ///         (h.0.ln_1.weight and transformer.h.0.ln_1.weight: which would it load?);
+  ///         ConfigError naming the tensor and the config's keys if q_proj, k_proj or v_proj
+  ///         alone has other rows than the config gives it (their stacked total alone would not
+  ///         see a file whose q and k sizes are swapped).
   HfCheckpointView(const Checkpoint& checkpoint, const HfConfig& config);
 
   const std::filesystem::path& path() const { return checkpoint_->path(); }
@@ -57,6 +62,7 @@ class HfCheckpointView {
 
  private:
   void add(std::string name, std::vector<Part> parts);
+  void check_qkv_part_rows(const HfConfig& config, const std::vector<Part>& parts) const;
 
   const Checkpoint* checkpoint_;
   std::map<std::string, Mapped, std::less<>> tensors_;
@@ -101,7 +107,33 @@ inline void HfCheckpointView::add(std::string name, std::vector<Part> parts) {
     parts[i].first_row = info.shape[0];
     info.shape[0] = checked_add(info.shape[0], next.shape[0], name);
   }
+  if (const auto held = tensors_.find(name); held != tensors_.end()) {
+    fail(dissect::detail::concat("so is ", held->second.parts.front().name,
+                                 ": the file holds this tensor twice, under two names"));
+  }
   tensors_.emplace(std::move(name), Mapped{std::move(info), std::move(parts)});
+}
+
+inline void HfCheckpointView::check_qkv_part_rows(const HfConfig& config,
+                                                  const std::vector<Part>& parts) const {
+  const TransformerConfig& c = config.config;
+  const detail::SizeKeys& keys = detail::hf_size_keys(config.family);
+  const index_t d_k = c.head_size();
+  for (std::size_t slot = 0; slot < parts.size(); ++slot) {
+    const bool query = slot == 0;
+    const index_t heads = query ? c.n_heads : c.kv_heads();
+    const index_t rows = checked_mul(heads, d_k, "q/k/v projection rows");
+    const TensorInfo& info = checkpoint_->info(parts[slot].name);
+    if (info.shape.empty() || info.shape[0] == rows) continue;
+    const auto key = [&](detail::SizeKeys::Size size) {
+      return keys[size] != nullptr ? keys[size] : "";
+    };
+    throw ConfigError(dissect::detail::concat(
+        path().string(), ": ", parts[slot].name, " has ", info.shape[0], " rows, but ",
+        key(query ? detail::SizeKeys::n_heads : detail::SizeKeys::n_kv_heads), " = ", heads,
+        " heads of ", key(detail::SizeKeys::head_dim), " = ", d_k, " make ", rows,
+        " (q_proj, k_proj and v_proj are checked one by one)"));
+  }
 }
 
 inline HfCheckpointView::HfCheckpointView(const Checkpoint& checkpoint, const HfConfig& config)
@@ -116,7 +148,13 @@ inline HfCheckpointView::HfCheckpointView(const Checkpoint& checkpoint, const Hf
     if (mapped->qkv_part < 0) {
       add(mapped->name, {Part{name, mapped->transpose, 0}});
     } else {
-      stacks[mapped->name][static_cast<std::size_t>(mapped->qkv_part)] = name;
+      std::string& slot = stacks[mapped->name][static_cast<std::size_t>(mapped->qkv_part)];
+      if (!slot.empty()) {
+        throw FormatError(dissect::detail::concat(path().string(), ": ", name, " and ", slot,
+                                                  " are both ", mapped->name,
+                                                  "'s part: the file holds it twice"));
+      }
+      slot = name;
     }
   }
   for (auto& [name, slots] : stacks) {
@@ -127,6 +165,7 @@ inline HfCheckpointView::HfCheckpointView(const Checkpoint& checkpoint, const Hf
       if (!part.empty()) parts.push_back({part, false, 0});
     }
     if (parts.size() == 3) {
+      check_qkv_part_rows(config, parts);
       add(name, std::move(parts));
     } else {
       for (const Part& part : parts) add(part.name, {part});
@@ -175,14 +214,30 @@ void load_into(const HfCheckpointView& view, std::string_view name,
   }
 }
 
+namespace detail {
+
+/// The model `hf` (read from `config_file`) describes, filled strictly from `checkpoint`'s
+/// Hugging Face names. The config is checked against the weights' header before the model is
+/// allocated (io/checkpoint_fit.hpp).
+template <class Model>
+Model load_hf_weights(std::string_view op, const Checkpoint& checkpoint, const HfConfig& hf,
+                      const std::filesystem::path& config_file) {
+  require_family<Model>(hf.family, config_file.string());
+  const HfCheckpointView view(checkpoint, hf);
+  check_checkpoint_fits(op, hf, view, config_file.string(), hf_size_keys(hf.family));
+  Model model(hf.config, {.seed = 0});
+  load_state_dict(model, view);
+  return model;
+}
+
+}  // namespace detail
+
 template <class Model>
 Model load_hf_model(const std::filesystem::path& directory) {
   const HfConfig hf = read_hf_config(directory / hf_config_file);
   require_family<Model>(hf.family, (directory / hf_config_file).string());
-  Model model(hf.config, {.seed = 0});
-  const Checkpoint checkpoint(directory);
-  load_state_dict(model, HfCheckpointView(checkpoint, hf));
-  return model;
+  return detail::load_hf_weights<Model>("load_hf_model", Checkpoint(directory), hf,
+                                        directory / hf_config_file);
 }
 
 }  // namespace dissect

@@ -211,16 +211,11 @@ inline DetectedCheckpoint detect_checkpoint(const std::filesystem::path& path) {
 template <class Model>
 Model load_model(const DetectedCheckpoint& checkpoint) {
   const HfConfig& recorded = checkpoint.require_model("load_model");
-  const bool hugging_face = checkpoint.kind == CheckpointKind::hugging_face;
-  require_family<Model>(recorded.family, hugging_face ? checkpoint.config_file.string()
-                                                      : checkpoint.checkpoint.path().string());
-  Model model(recorded.config, {.seed = 0});
-  if (hugging_face) {
-    load_state_dict(model, HfCheckpointView(checkpoint.checkpoint, recorded));
-  } else {
-    load_module_quantized(model, checkpoint.checkpoint);
+  if (checkpoint.kind == CheckpointKind::hugging_face) {
+    return detail::load_hf_weights<Model>("load_model", checkpoint.checkpoint, recorded,
+                                          checkpoint.config_file);
   }
-  return model;
+  return load_model<Model>(checkpoint.checkpoint);  // save_model's file (io/model_file.hpp)
 }
 
 template <class Model>

@@ -1,0 +1,186 @@
+// dissect/io/checkpoint_fit.hpp — does a checkpoint's config describe the weights beside it?
+//
+// A config is read first and a model of its sizes allocated before a single weight is loaded, so
+// a config that claims more than the file holds (a vocabulary of 10¹², a context of 10⁷, a
+// million layers) would allocate gigabytes, or fail with std::bad_alloc, before load_state_dict
+// could say "size mismatch". check_checkpoint_fits compares the config with the tensors' shapes
+// in the file's header first: each weight matrix model_shape.hpp lists (layer 0's for the
+// per-layer ones) and the layer count. What remains to check (the norms, the later layers, the
+// dtypes) load_state_dict checks on the allocated model, which is by then no larger than the file.
+#pragma once
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dissect/error.hpp"
+#include "dissect/io/hf_config.hpp"
+#include "dissect/io/hf_names.hpp"
+#include "dissect/io/safetensors.hpp"
+#include "dissect/model_shape.hpp"
+#include "dissect/models/styles.hpp"
+
+namespace dissect {
+
+// ---- declarations -------------------------------------------------------------------------------
+
+/// Checks, before a model of `model` is allocated, that `tensors` can fill it: every weight
+/// matrix of weight_matrices(model.config) that the file holds under its state_dict name (layer
+/// 0's for a per-layer one; a tied head is skipped) has the shape the config gives it, and the
+/// file holds at least model.config.n_layers layers. `tensors` holds dissect's names: a
+/// Checkpoint, or an HfCheckpointView. A matrix stored in a dtype dissect does not convert to
+/// float (a quantised weight's U8 or I8, io/quantized_file.hpp) has its format's own columns and
+/// is compared by rows only; what its format makes of them load_module_quantized checks. A matrix
+/// the file lacks is left for load_state_dict to report as missing.
+/// @param keys what the config calls its sizes (hf_size_keys(family) for a config.json,
+///        detail::dissect_size_keys for save_model's metadata), for the message
+/// @throws ConfigError "op: <config_source>: n_positions = 10000000, n_embd = 32 make wpe.weight
+///         [10000000, 32], but <file> holds [64, 32]" (every such mismatch, joined by "; "), or
+///         "… n_layer = 1000000, but <file> holds 2 layers (h.0 … h.1)"; OverflowError (as
+///         weight_matrices) naming the source if a size overflows.
+template <class Tensors>
+void check_checkpoint_fits(std::string_view op, const HfConfig& model, const Tensors& tensors,
+                           std::string_view config_source, const detail::SizeKeys& keys);
+
+/// The module path weight_matrices' matrix `matrix` ("attn.qkv") has in a `style` model's
+/// state_dict, in layer `layer` for a per-layer one ("h.0.attn.qkv"; "wte" for embed.tokens).
+/// @throws Error naming a matrix name model_shape.hpp does not list.
+std::string module_path_of(const DecoderStyle& style, std::string_view matrix, index_t layer = 0);
+
+// ---- implementation -----------------------------------------------------------------------------
+
+inline std::string module_path_of(const DecoderStyle& style, std::string_view matrix,
+                                  index_t layer) {
+  using detail::concat;
+  if (matrix == "embed.tokens") return style.token_embedding;
+  if (matrix == "embed.positions") return style.position_embedding;
+  if (matrix == "lm_head") return style.head;
+  // The blocks' own child names (blocks/*.hpp): attention's qkv and proj, the FFN's gate, up and
+  // down. test_checkpoint_fit checks every path against a built model's parameter names.
+  const std::string in_layer = concat(style.layers, ".", layer, ".");
+  if (matrix == "attn.qkv") return concat(in_layer, style.attention, ".qkv");
+  if (matrix == "attn.out") return concat(in_layer, style.attention, ".proj");
+  for (std::string_view part : {"gate", "up", "down"}) {
+    if (matrix == concat("mlp.", part)) return concat(in_layer, style.mlp, ".", part);
+  }
+  throw Error(concat("module_path_of: \"", matrix, "\" is not a matrix model_shape.hpp lists"));
+}
+
+namespace detail {
+
+/// The sizes each of weight_matrices' matrices is made of, for a message: its rows' then its
+/// columns'.
+inline std::vector<SizeKeys::Size> sizes_of_matrix(std::string_view matrix) {
+  using S = SizeKeys;
+  if (matrix == "embed.tokens" || matrix == "lm_head") return {S::vocab, S::d_model};
+  if (matrix == "embed.positions") return {S::context, S::d_model};
+  if (matrix == "attn.qkv") return {S::n_heads, S::n_kv_heads, S::head_dim, S::d_model};
+  if (matrix == "attn.out") return {S::d_model, S::n_heads, S::head_dim};
+  return {S::d_ff, S::d_model};  // mlp.gate, mlp.up, mlp.down
+}
+
+/// "n_positions = 10000000, n_embd = 32": the keys the file has among `sizes`, with their values.
+inline std::string size_values(const TransformerConfig& c, const SizeKeys& keys,
+                               const std::vector<SizeKeys::Size>& sizes) {
+  std::string text;
+  for (SizeKeys::Size size : sizes) {
+    const char* key = keys[size];
+    if (key == nullptr) continue;
+    index_t value = 0;
+    switch (size) {
+      case SizeKeys::d_model:
+        value = c.d_model;
+        break;
+      case SizeKeys::n_layers:
+        value = c.n_layers;
+        break;
+      case SizeKeys::n_heads:
+        value = c.n_heads;
+        break;
+      case SizeKeys::n_kv_heads:
+        value = c.kv_heads();
+        break;
+      case SizeKeys::head_dim:
+        value = c.head_size();
+        break;
+      case SizeKeys::d_ff:
+        value = c.d_ff;
+        break;
+      case SizeKeys::vocab:
+        value = c.vocab;
+        break;
+      case SizeKeys::context:
+        value = c.context;
+        break;
+    }
+    text += concat(text.empty() ? "" : ", ", key, " = ", value);
+  }
+  return text;
+}
+
+}  // namespace detail
+
+template <class Tensors>
+void check_checkpoint_fits(std::string_view op, const HfConfig& model, const Tensors& tensors,
+                           std::string_view config_source, const detail::SizeKeys& keys) {
+  using detail::concat;
+  const DecoderStyle& style = model.family == ModelFamily::gpt2 ? gpt2_style : llama_style;
+  const TransformerConfig& config = model.config;
+  const std::string file = tensors.path().string();
+  const std::string where = concat(op, ": ", config_source, ": ");
+
+  std::vector<WeightMatrix> matrices;
+  try {
+    matrices = weight_matrices(config);
+  } catch (const OverflowError& error) {
+    throw OverflowError(where + error.what());
+  }
+  std::string problems;
+  const auto add_problem = [&](const std::string& problem) {
+    problems += concat(problems.empty() ? "" : "; ", problem);
+  };
+  for (const WeightMatrix& matrix : matrices) {
+    if (matrix.tied) continue;
+    const std::string module = module_path_of(style, matrix.name);
+    const std::string name = module + ".weight";
+    if (!tensors.contains(name)) continue;
+    const TensorInfo& info = tensors.info(name);
+    const std::vector<index_t>& held = info.shape;
+    const auto float_names = detail::convertible_dtype_names();
+    const bool rows_only =
+        std::find(float_names.begin(), float_names.end(), info.dtype) == float_names.end();
+    const bool fits =
+        held.size() == 2 && held[0] == matrix.shape[0] && (rows_only || held[1] == matrix.shape[1]);
+    if (!fits) {
+      add_problem(
+          concat(detail::size_values(config, keys, detail::sizes_of_matrix(matrix.name)), " make ",
+                 name, " ", format_shape(std::span<const index_t>(matrix.shape)),
+                 rows_only ? concat(" (its rows: stored as ", info.dtype, ")") : std::string(),
+                 ", but ", file, " holds ", format_shape(std::span<const index_t>(held))));
+    }
+  }
+
+  // The layers the file holds: one past the highest "h.N." index (a gap is a missing tensor).
+  index_t held_layers = 0;
+  for (const std::string& name : tensors.tensor_names()) {
+    if (const auto layer = layer_index_of(name); layer && *layer >= held_layers) {
+      held_layers = *layer < std::numeric_limits<index_t>::max() ? *layer + 1 : *layer;
+    }
+  }
+  if (held_layers < config.n_layers) {
+    add_problem(
+        concat(detail::size_values(config, keys, {detail::SizeKeys::n_layers}), ", but ", file,
+               held_layers == 0
+                   ? std::string(" holds no layers")
+                   : concat(" holds ", held_layers, held_layers == 1 ? " layer (" : " layers (",
+                            style.layers, ".0",
+                            held_layers > 1 ? concat(" … ", style.layers, ".", held_layers - 1)
+                                            : std::string(),
+                            ")")));
+  }
+  if (!problems.empty()) throw ConfigError(where + problems);
+}
+
+}  // namespace dissect
