@@ -6,19 +6,40 @@
 //
 // Values are small integers, so every product and sum (and SGD with lr = 1) is exact in double:
 // the reference and the library must agree bit for bit, whatever order their reductions take.
+//
+// The same holds for the modes that keep state derived from W (rows 57–61): a LoRA adapter
+// attached, merged, unmerged, detached and trained in any order, with the layer frozen and
+// unfrozen; packing, quantising (bf16, exact on small integers) and writes through the views; and
+// a whole small model through apply_lora, merging, packing, load_adapters, load_state_dict,
+// save_model / load_model round trips through a temporary file and generation, against a plain
+// twin that is never merged or packed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <random>
+#include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "dissect/activation.hpp"
 #include "dissect/blocks.hpp"
+#include "dissect/io/lora_file.hpp"
+#include "dissect/io/model_file.hpp"
+#include "dissect/io/state_dict.hpp"
 #include "dissect/linear.hpp"
+#include "dissect/models/decoder_model.hpp"
+#include "dissect/models/generate.hpp"
 #include "dissect/norm.hpp"
 #include "dissect/optim.hpp"
+#include "dissect/transforms/lora.hpp"
+#include "support/io_testing.hpp"
+#include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
@@ -371,6 +392,641 @@ TEST(ApiFuzz, BlocksThatThrowChangeNothing) {
       qkv.zero_grad();
       norm.zero_grad();
     }
+  }
+}
+
+// ---- modes that keep state derived from W (rows 57–61) ----------------------------------------
+
+/// A row-major matrix of exact small integers, the reference's arithmetic.
+struct Dense {
+  index_t rows = 0, cols = 0;
+  std::vector<double> v;
+
+  Dense() = default;
+  Dense(index_t r, index_t c) : rows(r), cols(c), v(static_cast<std::size_t>(r * c), 0.0) {}
+  double& at(index_t i, index_t j) { return v[static_cast<std::size_t>(i * cols + j)]; }
+  double at(index_t i, index_t j) const { return v[static_cast<std::size_t>(i * cols + j)]; }
+  template <TensorLike T>
+  static Dense of(const T& t) {
+    const auto view = const_view(t);
+    Dense d(view.dim(0), view.dim(1));
+    std::copy(view.begin(), view.end(), d.v.begin());
+    return d;
+  }
+  template <class Scalar>
+  Tensor<Scalar, 2> tensor() const {
+    Tensor<Scalar, 2> t(Shape<2>{rows, cols});
+    std::transform(v.begin(), v.end(), t.begin(), [](double x) { return static_cast<Scalar>(x); });
+    return t;
+  }
+  Dense& operator+=(const Dense& o) {
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] += o.v[i];
+    return *this;
+  }
+  Dense& operator-=(const Dense& o) {
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] -= o.v[i];
+    return *this;
+  }
+  double max_abs() const {
+    double m = 0;
+    for (double x : v) m = std::max(m, std::abs(x));
+    return m;
+  }
+};
+
+/// a·b [n, m] for a [n, k], b [k, m]; transposes by flag.
+Dense product(const Dense& a, bool ta, const Dense& b, bool tb) {
+  const index_t n = ta ? a.cols : a.rows, k = ta ? a.rows : a.cols, m = tb ? b.rows : b.cols;
+  Dense c(n, m);
+  for (index_t i = 0; i < n; ++i) {
+    for (index_t j = 0; j < m; ++j) {
+      double sum = 0;
+      for (index_t l = 0; l < k; ++l)
+        sum += (ta ? a.at(l, i) : a.at(i, l)) * (tb ? b.at(j, l) : b.at(l, j));
+      c.at(i, j) = sum;
+    }
+  }
+  return c;
+}
+
+template <TensorLike T>
+bool equals(const T& t, const Dense& d) {
+  const auto view = const_view(t);
+  return std::equal(view.begin(), view.end(), d.v.begin(), d.v.end());
+}
+
+/// What the test believes a layer in one of its modes holds. α = r keeps the adapter's scale 1.
+struct ModeReference {
+  index_t in = 0, out = 0, rank = 0;
+  bool bias = false, adapter = false, merged = false, frozen = false;
+  bool packed = false, quantized = false;
+  Dense w, b, dw, db;  // w: the buffer, which holds the base + ΔW0 while merged
+  Dense a, bm, da, dbm;
+  Dense a0, b0;  // A and B as merged
+  Dense copy;    // what a packed or quantised forward reads for W
+
+  Dense delta() const { return product(bm, false, a, false); }
+  Dense merged_delta() const { return product(b0, false, a0, false); }
+  /// The W forward effectively applies, adapter included.
+  Dense effective() const {
+    Dense e = packed || quantized ? copy : w;
+    if (adapter) e += delta();
+    if (merged) e -= merged_delta();
+    return e;
+  }
+  Dense forward(const Dense& x) const {
+    Dense y = product(x, false, effective(), true);
+    if (bias) {
+      for (index_t i = 0; i < y.rows; ++i) {
+        for (index_t j = 0; j < y.cols; ++j) y.at(i, j) += b.at(0, j);
+      }
+    }
+    return y;
+  }
+  double largest() const {
+    return std::max({w.max_abs(), a.max_abs(), bm.max_abs(), da.max_abs(), dbm.max_abs(),
+                     dw.max_abs(), db.max_abs()});
+  }
+};
+
+/// Random sequences of the calls that switch a Linear's modes, against ModeReference. Scalar
+/// double: LoRA with backward and an optimizer; float: packing and quantising too.
+template <class Scalar>
+class ModeFuzz {
+ public:
+  explicit ModeFuzz(std::uint64_t seed) : engine_(seed) { rebuild(); }
+
+  bool step() {
+    constexpr bool is_float = std::is_same_v<Scalar, float>;
+    if (ref_.largest() > (is_float ? 50 : 500)) rebuild();  // keeps every product exact
+    switch (pick(0, is_float ? 17 : 13)) {
+      case 0:
+        return attach();
+      case 1:
+        return detach();
+      case 2:
+        return merge();
+      case 3:
+        return unmerge();
+      case 4:
+        return set_frozen(pick(0, 1) == 1);
+      case 5:
+        return set_weight();
+      case 6:
+        return write_adapter();
+      case 7:
+        return backward();
+      case 8:
+        return optimizer_step();
+      case 9:
+        layer_->zero_grad();
+        for (Dense* g : {&ref_.dw, &ref_.db, &ref_.da, &ref_.dbm})
+          std::fill(g->v.begin(), g->v.end(), 0.0);
+        return check();
+      case 10:
+        return write_weight_view();
+      case 11:
+        if (pick(0, 30) == 0) rebuild();
+        return check();
+      case 12:
+        return forward_rows();
+      case 13:
+        return set_frozen(true);
+      default:
+        if constexpr (is_float) return float_only();
+        return check();
+    }
+  }
+
+ private:
+  index_t pick(index_t low, index_t high) {
+    return std::uniform_int_distribution<index_t>(low, high)(engine_);
+  }
+  Dense integers(index_t rows, index_t cols, index_t bound = 2) {
+    Dense d(rows, cols);
+    for (double& x : d.v) x = static_cast<double>(pick(-bound, bound));
+    return d;
+  }
+
+  void rebuild() {
+    ref_ = ModeReference{};
+    ref_.in = pick(1, 4);
+    ref_.out = pick(1, 4);
+    ref_.bias = pick(0, 1) == 1;
+    ref_.w = integers(ref_.out, ref_.in);
+    ref_.b = ref_.bias ? integers(1, ref_.out) : Dense(1, 0);
+    ref_.dw = Dense(ref_.out, ref_.in);
+    ref_.db = Dense(1, ref_.bias ? ref_.out : 0);
+    sgd_.reset();
+    layer_.emplace(
+        ref_.w.template tensor<Scalar>(),
+        ref_.bias ? std::optional<Tensor<Scalar, 1>>(Tensor<Scalar, 1>(
+                        Shape<1>{ref_.out}, std::vector<Scalar>(ref_.b.v.begin(), ref_.b.v.end())))
+                  : std::nullopt);
+    sgd_.emplace(*layer_, SgdOptions{.lr = 1.0});
+  }
+  /// After a change of what is trainable: an optimizer holds views of the buffers it was built
+  /// over, so one is built again (as a user must, row 22).
+  void rebuild_optimizer() {
+    sgd_.reset();
+    sgd_.emplace(*layer_, SgdOptions{.lr = 1.0});
+  }
+
+  template <class Expected = Error, class Call>
+  bool outcome(bool must_throw, Call&& call) {
+    bool threw = false;
+    try {
+      call();
+    } catch (const Expected&) {
+      threw = true;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "unexpected exception type: " << e.what();
+    }
+    EXPECT_EQ(threw, must_throw);
+    return !::testing::Test::HasFailure() && !threw;
+  }
+
+  bool check() {
+    const Linear<Scalar>& l = *layer_;
+    EXPECT_TRUE(equals(l.weight(), ref_.w)) << "weight";
+    if (ref_.bias) {
+      EXPECT_TRUE(std::equal(l.bias().begin(), l.bias().end(), ref_.b.v.begin())) << "bias";
+    }
+    EXPECT_EQ(l.frozen(), ref_.frozen);
+    EXPECT_EQ(l.has_adapter(), ref_.adapter);
+    EXPECT_EQ(l.adapter_merged(), ref_.merged);
+    EXPECT_EQ(l.packed(), ref_.packed);
+    EXPECT_EQ(l.quantized(), ref_.quantized);
+    if (!ref_.frozen) {
+      EXPECT_TRUE(equals(l.weight_grad(), ref_.dw)) << "weight_grad";
+      if (ref_.bias) {
+        EXPECT_TRUE(std::equal(l.bias_grad().begin(), l.bias_grad().end(), ref_.db.v.begin()));
+      }
+    }
+    if (ref_.adapter) {
+      EXPECT_TRUE(equals(l.adapter().A(), ref_.a)) << "A";
+      EXPECT_TRUE(equals(l.adapter().B(), ref_.bm)) << "B";
+      EXPECT_TRUE(equals(l.adapter().A_grad(), ref_.da)) << "A_grad";
+      EXPECT_TRUE(equals(l.adapter().B_grad(), ref_.dbm)) << "B_grad";
+    }
+    // Forward on a probe: what every mode must get right.
+    const Dense x = integers(3, ref_.in);
+    EXPECT_TRUE(equals(l.forward(x.template tensor<Scalar>()), ref_.forward(x))) << "forward";
+    return !::testing::Test::HasFailure();
+  }
+
+  bool attach() {
+    const index_t rank = pick(1, 2);
+    if (!outcome(ref_.adapter, [&] {
+          layer_->attach_adapter({.rank = rank,
+                                  .alpha = static_cast<double>(rank),
+                                  .seed = std::uint64_t(pick(0, 99))});
+        })) {
+      return check();
+    }
+    ref_.rank = rank;
+    EXPECT_TRUE(std::all_of(layer_->adapter().B().begin(), layer_->adapter().B().end(),
+                            [](Scalar v) { return v == 0; }))
+        << "B starts at zero";
+    ref_.adapter = true;
+    ref_.merged = false;
+    ref_.frozen = true;
+    ref_.a = integers(ref_.rank, ref_.in);
+    ref_.bm = integers(ref_.out, ref_.rank);
+    ref_.da = Dense(ref_.rank, ref_.in);
+    ref_.dbm = Dense(ref_.out, ref_.rank);
+    layer_->adapter().set_A(ref_.a.template tensor<Scalar>());
+    layer_->adapter().set_B(ref_.bm.template tensor<Scalar>());
+    rebuild_optimizer();
+    return check();
+  }
+
+  void synced() {
+    if (ref_.packed) ref_.copy = ref_.w;
+  }
+
+  bool detach() {
+    if (!outcome(!ref_.adapter, [&] { layer_->detach_adapter(); })) return check();
+    if (ref_.merged && (ref_.a.v != ref_.a0.v || ref_.bm.v != ref_.b0.v)) {
+      ref_.w += ref_.delta();
+      ref_.w -= ref_.merged_delta();
+      synced();
+    }
+    ref_.adapter = ref_.merged = false;
+    rebuild_optimizer();
+    return check();
+  }
+
+  bool merge() {
+    const bool refused = !ref_.adapter || ref_.merged || ref_.quantized || !ref_.frozen;
+    if (!outcome(refused, [&] { layer_->merge_adapter(); })) return check();
+    ref_.w += ref_.delta();
+    ref_.a0 = ref_.a;
+    ref_.b0 = ref_.bm;
+    ref_.merged = true;
+    synced();
+    return check();
+  }
+
+  bool unmerge() {
+    if (!outcome(!ref_.adapter || !ref_.merged, [&] { layer_->unmerge_adapter(); })) return check();
+    ref_.w -= ref_.merged_delta();
+    ref_.merged = false;
+    synced();
+    return check();
+  }
+
+  bool set_frozen(bool frozen) {
+    const bool refused = !frozen && (ref_.quantized || ref_.merged);
+    if (!outcome(refused, [&] { layer_->set_frozen(frozen); })) return check();
+    if (!frozen) ref_.packed = false;
+    if (!frozen && ref_.frozen) {
+      std::fill(ref_.dw.v.begin(), ref_.dw.v.end(), 0.0);
+      std::fill(ref_.db.v.begin(), ref_.db.v.end(), 0.0);
+    }
+    if (frozen != ref_.frozen) rebuild_optimizer();
+    ref_.frozen = frozen;
+    return check();
+  }
+
+  bool set_weight() {
+    const Dense w = integers(ref_.out, ref_.in);
+    if (!outcome(ref_.merged || ref_.quantized,
+                 [&] { layer_->set_weight(w.template tensor<Scalar>()); })) {
+      return check();
+    }
+    ref_.w = w;
+    synced();
+    return check();
+  }
+
+  /// A and B written behind the layer's back, merged or not: the layer must stay right.
+  bool write_adapter() {
+    if (!ref_.adapter) return check();
+    if (pick(0, 1) == 0) {
+      ref_.a = integers(ref_.rank, ref_.in);
+      layer_->adapter().set_A(ref_.a.template tensor<Scalar>());
+    } else {
+      const auto i = pick(0, static_cast<index_t>(ref_.bm.v.size()) - 1);
+      ref_.bm.v[static_cast<std::size_t>(i)] = static_cast<double>(pick(-2, 2));
+      layer_->adapter().B().data()[i] = static_cast<Scalar>(ref_.bm.v[static_cast<std::size_t>(i)]);
+    }
+    return check();
+  }
+
+  /// A write through the weight() view: seen at once by a dense forward, by a packed or
+  /// quantised one only after weight_written() (packed) or never (quantised: its own copy).
+  bool write_weight_view() {
+    const auto i = pick(0, static_cast<index_t>(ref_.w.v.size()) - 1);
+    const double value = static_cast<double>(pick(-2, 2));
+    layer_->weight().data()[i] = static_cast<Scalar>(value);
+    ref_.w.v[static_cast<std::size_t>(i)] = value;
+    if (pick(0, 1) == 0) {
+      layer_->weight_written();
+      synced();
+    }
+    return check();
+  }
+
+  bool backward() {
+    const index_t rows = pick(0, 3);
+    const Dense x = integers(rows, ref_.in, 1), dy = integers(rows, ref_.out, 1);
+    Tensor<Scalar, 2> dx;
+    if (!outcome(ref_.merged, [&] {
+          dx = layer_->backward(x.template tensor<Scalar>(), dy.template tensor<Scalar>());
+        })) {
+      return check();
+    }
+    Dense through = ref_.w;  // backward reads W itself (not a packed copy) and A and B
+    if (ref_.adapter) through += ref_.delta();
+    EXPECT_TRUE(equals(dx, product(dy, false, through, false))) << "dx";
+    if (!ref_.frozen) {
+      ref_.dw += product(dy, true, x, false);
+      for (index_t i = 0; i < rows; ++i) {
+        for (index_t j = 0; j < ref_.db.cols; ++j) ref_.db.at(0, j) += dy.at(i, j);
+      }
+    }
+    if (ref_.adapter) {
+      const Dense h = product(x, false, ref_.a, true);      // [M, r]
+      ref_.dbm += product(dy, true, h, false);              // [out, r]
+      const Dense dh = product(dy, false, ref_.bm, false);  // [M, r]
+      ref_.da += product(dh, true, x, false);               // [r, in]
+    }
+    return check();
+  }
+
+  /// SGD with lr = 1 over what is trainable: W and b unless frozen, A and B always (merged or
+  /// not: a step on a merged adapter is seen by forward and taken back exactly by unmerge).
+  bool optimizer_step() {
+    sgd_->step();
+    if (!ref_.frozen) {
+      ref_.w -= ref_.dw;
+      ref_.b -= ref_.db;
+    }
+    if (ref_.adapter) {
+      ref_.a -= ref_.da;
+      ref_.bm -= ref_.dbm;
+    }
+    return check();
+  }
+
+  bool forward_rows() {
+    const Dense x = integers(pick(0, 4), ref_.in);
+    EXPECT_TRUE(equals(layer_->forward(x.template tensor<Scalar>()), ref_.forward(x)));
+    return check();
+  }
+
+  /// Packing and quantising (float layers only).
+  bool float_only() {
+    switch (pick(0, 3)) {
+      case 0:
+        if (!outcome(ref_.quantized, [&] { layer_->pack(); })) return check();
+        if (!ref_.frozen) rebuild_optimizer();
+        ref_.frozen = ref_.packed = true;
+        ref_.copy = ref_.w;
+        return check();
+      case 1:
+        layer_->unpack();
+        ref_.packed = false;
+        return check();
+      case 2:
+        if (ref_.w.max_abs() > 256) return check();  // beyond bf16's exact integers
+        if (!outcome(ref_.quantized || ref_.merged,
+                     [&] { layer_->quantize(WeightFormat::bf16); })) {
+          return check();
+        }
+        if (!ref_.frozen) rebuild_optimizer();
+        ref_.frozen = ref_.quantized = true;
+        ref_.packed = false;
+        ref_.copy = ref_.w;  // small integers are exact in bf16
+        return check();
+      default:
+        if (!outcome(!ref_.quantized, [&] { layer_->dequantize(); })) return check();
+        ref_.quantized = false;
+        return check();
+    }
+  }
+
+  std::mt19937_64 engine_;
+  ModeReference ref_;
+  std::optional<Linear<Scalar>> layer_;
+  std::optional<Sgd<Scalar>> sgd_;
+};
+
+TEST(ApiFuzz, LoRAMergingFreezingAndTrainingInAnyOrderAgreeWithTheReference) {
+  ModeFuzz<double> fuzz(20260601);
+  for (int i = 0; i < testing::sweep_trials(30'000); ++i) {
+    ASSERT_TRUE(fuzz.step()) << "at step " << i;
+  }
+}
+
+TEST(ApiFuzz, PackedAndQuantisedLayersWithAdaptersAgreeWithTheReference) {
+  ModeFuzz<float> fuzz(20260602);
+  for (int i = 0; i < testing::sweep_trials(30'000); ++i) {
+    ASSERT_TRUE(fuzz.step()) << "at step " << i;
+  }
+}
+
+// ---- a whole small model ----------------------------------------------------------------------
+
+/// The largest |a − b| / (1 + |b|).
+template <TensorLike A, TensorLike B>
+double relative_gap(const A& a, const B& b) {
+  double gap = 0;
+  const auto x = const_view(a);
+  const auto y = const_view(b);
+  for (index_t i = 0; i < x.size(); ++i) {
+    gap = std::max(gap, std::abs(double(x.data()[i]) - y.data()[i]) / (1 + std::abs(y.data()[i])));
+  }
+  return gap;
+}
+
+/// Every parameter, by name.
+template <Module M>
+std::vector<std::pair<std::string, std::vector<float>>> parameters_by_name(const M& model) {
+  std::vector<std::pair<std::string, std::vector<float>>> all;
+  model.for_each_parameter([&](const ParameterName& name, auto value, auto) {
+    all.emplace_back(name.str(), std::vector<float>(value.begin(), value.end()));
+  });
+  return all;
+}
+
+/// Random sequences of whole-model calls on `subject`, mirrored on `twin`, which is never merged
+/// or packed: after every call their forwards agree (to the packed GEMM's and the merge's
+/// rounding), or the call threw and the subject is bit for bit as before.
+class ModelFuzz {
+ public:
+  explicit ModelFuzz(std::uint64_t seed)
+      : engine_(seed),
+        subject_(GPT2Model<float>(testing::small_gpt2(), {.seed = 1})),
+        twin_(GPT2Model<float>(testing::small_gpt2(), {.seed = 1})) {
+    // The files the calls read: another model's weights, and adapters for the targets below.
+    GPT2Model<float> other(testing::small_gpt2(), {.seed = 2});
+    save_module(dir_ / "other.safetensors", other);
+    apply_lora(other, lora_config());
+    randomise_adapters(other, 11);
+    save_adapters(dir_ / "adapters.safetensors", other);
+  }
+
+  bool step() {
+    switch (pick(0, 8)) {
+      case 0:
+        return mirrored(!adapted_ ? 0 : 1, [&](auto& m) {
+          apply_lora(m, lora_config());
+          adapted_ = true;
+          randomise_adapters(m, 5);
+        });
+      case 1:
+        return merge(true);
+      case 2:
+        return merge(false);
+      case 3:
+        return subject_only(false, [&] { pick(0, 1) ? subject_->pack() : subject_->unpack(); });
+      case 4:
+        return load_adapters_call();
+      case 5:
+        return load_state_dict_call();
+      case 6:
+        return save_and_load();
+      case 7:
+        return generate_call();
+      default:
+        return check();
+    }
+  }
+
+ private:
+  static LoRAConfig lora_config() {
+    return {.adapter = {.rank = 2, .alpha = 4, .seed = 3}, .target_modules = {"qkv", "down"}};
+  }
+  index_t pick(index_t low, index_t high) {
+    return std::uniform_int_distribution<index_t>(low, high)(engine_);
+  }
+  static void randomise_adapters(GPT2Model<float>& model, std::uint64_t seed) {
+    std::mt19937_64 values(seed);
+    for_each_layer(model, [&](const std::string&, Linear<float>& layer) {
+      if (!layer.has_adapter()) return;
+      for (auto& v : layer.adapter().B()) v = std::uniform_real_distribution<float>(-1, 1)(values);
+    });
+  }
+
+  bool check() {
+    const auto ids = testing::random_ids(8, 23, static_cast<std::uint64_t>(pick(0, 1000)));
+    const TokenBatch tokens{ids, 2, 4};
+    EXPECT_LT(relative_gap(subject_->forward(tokens), twin_.forward(tokens)), 1e-4);
+    if (!merged_) {  // merged weights hold ΔW; unmerged ones are the twin's (to the rounding)
+      const auto a = parameters_by_name(*subject_), b = parameters_by_name(twin_);
+      EXPECT_EQ(a.size(), b.size());
+      for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+        EXPECT_EQ(a[i].first, b[i].first);
+        for (std::size_t j = 0; j < a[i].second.size(); ++j) {
+          EXPECT_NEAR(a[i].second[j], b[i].second[j], 1e-5 * (1 + std::abs(b[i].second[j])))
+              << a[i].first;
+        }
+      }
+    }
+    return !::testing::Test::HasFailure();
+  }
+
+  /// `call` on the subject alone: it must throw when `must_throw`, and then change nothing.
+  /// Checked against the twin after it unless the twin is still to follow (`then_twin`).
+  template <class Call>
+  bool subject_only(bool must_throw, Call&& call, bool then_twin = false) {
+    const auto before = parameters_by_name(*subject_);
+    const auto ids = testing::random_ids(6, 23, 9);
+    const auto y_before = subject_->forward({ids, 1, 6});
+    bool threw = false;
+    try {
+      call();
+    } catch (const Error&) {
+      threw = true;
+    }
+    EXPECT_EQ(threw, must_throw);
+    if (threw) {
+      EXPECT_EQ(parameters_by_name(*subject_), before);
+      EXPECT_TENSOR_EQ(subject_->forward({ids, 1, 6}), y_before);
+    }
+    if (then_twin && !threw) return !::testing::Test::HasFailure();
+    return check();
+  }
+
+  /// `call` on both models; must_throw: 0 never, 1 always (and then on both).
+  template <class Call>
+  bool mirrored(int must_throw, Call&& call) {
+    if (must_throw) return subject_only(true, [&] { call(*subject_); });
+    if (!subject_only(
+            false, [&] { call(*subject_); }, true))
+      return false;
+    call(twin_);
+    return check();
+  }
+
+  bool merge(bool merging) {
+    const bool refused = !adapted_ || merged_ == merging;
+    if (!adapted_) return check();  // nothing to merge: a no-op that counts 0
+    return subject_only(refused, [&] {
+      merging ? merge_adapters(*subject_) : unmerge_adapters(*subject_);
+      merged_ = merging;
+    });
+  }
+
+  bool load_adapters_call() {
+    const SafetensorsFile file(dir_ / "adapters.safetensors");
+    // Into a merged subject too: the layers remember what they merged.
+    if (!subject_only(
+            false, [&] { load_adapters(*subject_, file); }, true))
+      return false;
+    load_adapters(twin_, file);
+    adapted_ = true;
+    return check();
+  }
+
+  bool load_state_dict_call() {
+    const Checkpoint file(dir_ / "other.safetensors");
+    LoadOptions options;
+    options.strict = !adapted_;  // the file has no lora_A / lora_B
+    // A packed subject repacks; a merged one refuses (its weights cannot take new values).
+    if (!subject_only(
+            merged_, [&] { load_state_dict(*subject_, file, options); }, true)) {
+      return false;
+    }
+    if (!merged_) load_state_dict(twin_, file, options);
+    return check();
+  }
+
+  bool save_and_load() {
+    const auto path = dir_ / "model.safetensors";
+    std::filesystem::remove(path);
+    if (!subject_only(merged_, [&] { save_model(path, *subject_); })) return false;
+    if (merged_) {
+      EXPECT_FALSE(std::filesystem::exists(path));
+      return check();
+    }
+    subject_.emplace(load_model<GPT2Model<float>>(Checkpoint(path)));
+    return check();
+  }
+
+  bool generate_call() {
+    const auto prompt = testing::random_ids(3, 23, static_cast<std::uint64_t>(pick(0, 1000)));
+    const GenerationOptions options{.max_new_tokens = 4, .sampling = {.temperature = 0}};
+    std::vector<index_t> a, b;
+    generate(*subject_, prompt, options, [&](index_t id) { a.push_back(id); });
+    generate(twin_, prompt, options, [&](index_t id) { b.push_back(id); });
+    EXPECT_EQ(a, b);
+    return check();
+  }
+
+  std::mt19937_64 engine_;
+  testing::TemporaryDirectory dir_;
+  std::optional<GPT2Model<float>> subject_;
+  GPT2Model<float> twin_;
+  bool adapted_ = false, merged_ = false;
+};
+
+TEST(ApiFuzz, AWholeModelThroughLoRAPackingAndFilesAgreesWithItsPlainTwin) {
+  ModelFuzz fuzz(20260603);
+  for (int i = 0; i < testing::sweep_trials(300); ++i) {
+    ASSERT_TRUE(fuzz.step()) << "at step " << i;
   }
 }
 

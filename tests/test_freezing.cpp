@@ -9,6 +9,7 @@
 #include "dissect/freezing.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/optim.hpp"
+#include "dissect/transforms/lora.hpp"
 #include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"
 
@@ -34,6 +35,19 @@ TEST(Freeze, FrozenLayersKeepNoGradientAndOptimizersSkipThem) {
   unfreeze(model);
   EXPECT_EQ(trainable_parameter_count(model), total);
   EXPECT_EQ(model.token_embedding().weight_grad().matrix().cwiseAbs().maxCoeff(), 0.0f);
+}
+
+TEST(Freeze, UnfreezeIsAllOrNothing) {
+  // h.1.mlp.down carries a merged adapter and refuses to train; the layers visited before it
+  // (wte, wpe, the norms, h.0, h.1's attention) must not be left unfrozen when it throws.
+  GPT2Model<float> model(small_gpt2(), {.seed = 1});
+  apply_lora(model, {.adapter = {.rank = 2}, .target_modules = {"h.1.mlp.down"}});
+  merge_adapters(model);
+  const index_t trainable = trainable_parameter_count(model);  // the adapter's A and B alone
+  EXPECT_THROW_WITH(unfreeze(model), Error, "the LoRA adapter is merged into the weight");
+  EXPECT_EQ(trainable_parameter_count(model), trainable);
+  EXPECT_TRUE(model.token_embedding().frozen());
+  EXPECT_THROW_WITH((void)model.token_embedding().weight_grad(), Error, "frozen");
 }
 
 TEST(Freeze, ForEachLayerNamesEveryLeafByItsModulePath) {

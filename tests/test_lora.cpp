@@ -322,6 +322,99 @@ TYPED_TEST(LoRALinearTest, ALinearCarryingAnAdapterIsTheSameLayer) {
   EXPECT_THROW_WITH(carrier.adapter(), Error, "no LoRA adapter");
 }
 
+// ---- state changed behind a merged layer's back (docs/reliability.md rows 57 and 58) ---------
+
+/// A Linear in → out with random W and b, carrying an adapter with random A and B whose
+/// gradients one backward has filled.
+Linear<double> adapted_linear(index_t in, index_t out, std::mt19937_64& engine) {
+  Linear<double> layer(random_tensor<double, 2>({out, in}, engine),
+                       random_tensor<double, 1>({out}, engine));
+  auto& adapter = layer.attach_adapter({.rank = 3, .alpha = 6, .seed = 1});
+  adapter.set_B(random_tensor<double, 2>({out, 3}, engine));
+  layer.backward(random_tensor<double, 2>({5, in}, engine),
+                 random_tensor<double, 2>({5, out}, engine));
+  return layer;
+}
+
+/// The adapted forward of base W and b and `adapter` as it is now, in double.
+Tensor<double, 2> adapted_forward(const Matrix<double>& w, const Linear<double>& layer,
+                                  const Matrix<double>& x) {
+  Linear<double> reference(w, Tensor<double, 1>(layer.bias()));
+  reference.attach_adapter(LoRAAdapter<double>(layer.adapter()));
+  return reference.forward(x);
+}
+
+TEST(LoRAMergedState, AnOptimizerStepOnAMergedAdapterIsSeenAndUnmergeRestoresTheBase) {
+  std::mt19937_64 engine(21);
+  Linear<double> layer = adapted_linear(10, 12, engine);
+  const Matrix<double> w0(layer.weight());
+  const auto x = random_tensor<double, 2>({4, 10}, engine);
+  Sgd<double> sgd(layer, {.lr = 0.5});  // A and B: built before the merge
+  layer.merge_adapter();
+  sgd.step();  // moves A and B while merged
+  EXPECT_TENSOR_NEAR(layer.forward(x), adapted_forward(w0, layer, x), 1e-12, 1e-12);
+  layer.unmerge_adapter();
+  EXPECT_TENSOR_NEAR(layer.weight(), w0, 1e-13, 1e-13);  // not W0 + ΔW(old) − ΔW(new)
+  EXPECT_TENSOR_NEAR(layer.forward(x), adapted_forward(w0, layer, x), 1e-12, 1e-12);
+  // Merged again and changed again, then detached: W keeps the update forward computed.
+  layer.merge_adapter();
+  layer.adapter().set_A(random_tensor<double, 2>({3, 10}, engine));
+  const auto before = layer.forward(x);
+  EXPECT_TENSOR_NEAR(before, adapted_forward(w0, layer, x), 1e-12, 1e-12);
+  layer.detach_adapter();
+  EXPECT_TENSOR_NEAR(layer.forward(x), before, 1e-12, 1e-12);
+}
+
+TEST(LoRAMergedState, ANewWeightOrTrainingOnAMergedLayerIsRefusedAndChangesNothing) {
+  std::mt19937_64 engine(22);
+  Linear<double> layer = adapted_linear(6, 5, engine);
+  layer.merge_adapter();
+  const Matrix<double> merged(layer.weight());
+  EXPECT_THROW_WITH(layer.set_weight(random_tensor<double, 2>({5, 6}, engine)), Error,
+                    "Linear::set_weight: the LoRA adapter is merged into the weight; "
+                    "unmerge_adapter() first");
+  EXPECT_THROW_WITH(layer.set_frozen(false), Error,
+                    "Linear::set_frozen(false): the LoRA adapter is merged into the weight");
+  EXPECT_TRUE(layer.frozen());
+  EXPECT_TENSOR_EQ(layer.weight(), merged);
+  ASSERT_TRUE(layer.weight_write_refusal().has_value());
+  layer.unmerge_adapter();
+  EXPECT_FALSE(layer.weight_write_refusal().has_value());
+  // A base made trainable again must be frozen before merging: an optimizer would move W.
+  layer.set_frozen(false);
+  const Matrix<double> base(layer.weight());
+  EXPECT_THROW_WITH(layer.merge_adapter(), Error, "Linear::merge_adapter: the weight is trainable");
+  EXPECT_FALSE(layer.adapter_merged());
+  EXPECT_TENSOR_EQ(layer.weight(), base);
+}
+
+TEST(LoRAMergedState, ALoRALinearStaysRightWhenItsAdapterMovesOrItsBaseIsPacked) {
+  std::mt19937_64 engine(23);
+  auto layer = random_lora<float>(16, 8, {.rank = 2, .alpha = 4}, engine);
+  const Matrix<float> w0(layer.base().weight());
+  const auto x = random_tensor<float, 2>({3, 16}, engine);
+  layer.backward(x, random_tensor<float, 2>({3, 8}, engine));
+  Sgd<float> sgd(layer, {.lr = 0.5});
+  layer.merge();
+  sgd.step();
+  Linear<float> reference(w0, Tensor<float, 1>(layer.base().bias()));
+  reference.attach_adapter(LoRAAdapter<float>(layer.adapter()));
+  EXPECT_TENSOR_NEAR(layer.forward(x), reference.forward(x), 1e-5, 1e-5);
+  layer.unmerge();
+  EXPECT_TENSOR_NEAR(layer.base().weight(), w0, 1e-6, 1e-6);
+  // A packed base repacks on merge: forward sees ΔW, not the packed copy of W alone.
+  Linear<float> packed_base(w0, Tensor<float, 1>(layer.base().bias()));
+  packed_base.pack();
+  LoRALinear<float> packed(std::move(packed_base), {.rank = 2, .alpha = 4});
+  packed.adapter().set_A(Matrix<float>(layer.adapter().A()));
+  packed.adapter().set_B(Matrix<float>(layer.adapter().B()));
+  const auto adapted = packed.forward(x);
+  packed.merge();
+  EXPECT_TENSOR_NEAR(packed.forward(x), adapted, 1e-5, 1e-5);
+  packed.unmerge();
+  EXPECT_TENSOR_NEAR(packed.forward(x), adapted, 1e-5, 1e-5);
+}
+
 TEST(LoRALinear, RefusesBadOptionsAndShapes) {
   const Linear<float> base(8, 4, {.seed = 1});
   EXPECT_THROW_WITH(LoRALinear<float>(base, {.rank = 0}), ConfigError, "LoRAOptions.rank");

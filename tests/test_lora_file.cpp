@@ -5,14 +5,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dissect/freezing.hpp"
 #include "dissect/io/lora_file.hpp"
+#include "dissect/io/model_file.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/transforms/lora.hpp"
+#include "dissect/transforms/quantize.hpp"
 #include "support/io_testing.hpp"
 #include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"
@@ -75,6 +81,93 @@ TEST(LoRAFile, SavesPeftNamesAndLoadsIntoAFreshModel) {
   EXPECT_TENSOR_EQ(fresh.forward({ids, 2, 5}), model.forward({ids, 2, 5}));
   // Loading again into the adapted model overwrites the same adapters.
   EXPECT_NO_THROW(load_adapters(fresh, file));
+}
+
+/// The largest |a − b| / (1 + |b|) over two tensors of one shape.
+template <TensorLike A, TensorLike B>
+double relative_gap(const A& a, const B& b) {
+  double gap = 0;
+  for (index_t i = 0; i < a.size(); ++i) {
+    const double x = a.data()[i], y = b.data()[i];
+    gap = std::max(gap, std::abs(x - y) / (1 + std::abs(y)));
+  }
+  return gap;
+}
+
+/// Every parameter's values, by name.
+template <Module M>
+std::vector<std::pair<std::string, std::vector<float>>> values_of(const M& model) {
+  std::vector<std::pair<std::string, std::vector<float>>> all;
+  model.for_each_parameter([&](const ParameterName& name, auto value, auto) {
+    all.emplace_back(name.str(), std::vector<float>(value.begin(), value.end()));
+  });
+  return all;
+}
+
+TEST(LoRAFile, LoadingIntoAMergedModelIsSeenByForwardAndUnmergeRestoresTheBase) {
+  const testing::TemporaryDirectory dir;
+  auto donor = adapted_model();
+  for_each_layer(donor, [](const std::string&, Linear<float>& layer) {
+    if (layer.has_adapter()) layer.adapter().B().vector() *= -2.0f;  // other adapters
+  });
+  save_adapters(dir / "adapter.safetensors", donor);
+  auto model = adapted_model();
+  const GPT2Model<float> base(small_gpt2(), {.seed = 4});
+  merge_adapters(model);
+  load_adapters(model, SafetensorsFile(dir / "adapter.safetensors"));
+  const auto ids = random_ids(10, 23, 5);
+  EXPECT_LT(relative_gap(model.forward({ids, 2, 5}), donor.forward({ids, 2, 5})), 1e-5);
+  unmerge_adapters(model);
+  for_each_layer(model, [&](const std::string& path, const Linear<float>& layer) {
+    if (!layer.has_adapter()) return;
+    const Linear<float>* original = nullptr;
+    for_each_layer(base, [&](const std::string& p, const Linear<float>& l) {
+      if (p == path) original = &l;
+    });
+    ASSERT_NE(original, nullptr);
+    EXPECT_LT(relative_gap(layer.weight(), original->weight()), 1e-6) << path;
+  });
+}
+
+TEST(LoRAFile, SaveModelOfAnAdaptedModelLoadsBackAnEqualModel) {
+  const testing::TemporaryDirectory dir;
+  const auto model = adapted_model();
+  save_model(dir / "adapted.safetensors", model);
+  const auto loaded = load_model<GPT2Model<float>>(Checkpoint(dir / "adapted.safetensors"));
+  EXPECT_EQ(values_of(loaded), values_of(model));
+  EXPECT_EQ(trainable_parameter_count(loaded), trainable_parameter_count(model));
+  EXPECT_EQ(loaded.layers().at(0).ffn().down().adapter().alpha(), 3.0);
+  const auto ids = random_ids(10, 23, 6);
+  EXPECT_TENSOR_EQ(loaded.forward({ids, 2, 5}), model.forward({ids, 2, 5}));
+  // Still a model file, not an adapter file.
+  EXPECT_FALSE(SafetensorsFile(dir / "adapted.safetensors").metadata().contains(lora_config_key));
+}
+
+TEST(LoRAFile, SaveModelOfAQLoRAModelLoadsBackAnEqualModel) {
+  const testing::TemporaryDirectory dir;
+  LlamaModel<float> model(testing::quantisable_llama(), {.seed = 7});
+  quantize_model(model, WeightFormat::int8);
+  apply_lora(model, {.adapter = {.rank = 2, .alpha = 4, .seed = 1}, .target_modules = {"qkv"}});
+  model.layers().at(1).qkv().qkv().adapter().B().fill(0.25f);
+  save_model(dir / "qlora.safetensors", model);
+  const auto loaded = load_model<LlamaModel<float>>(Checkpoint(dir / "qlora.safetensors"));
+  const auto& qkv = loaded.layers().at(1).qkv().qkv();
+  EXPECT_TRUE(qkv.quantized());
+  EXPECT_TRUE(qkv.has_adapter());
+  EXPECT_EQ(values_of(loaded), values_of(model));
+  const auto ids = random_ids(8, 37, 7);
+  EXPECT_TENSOR_EQ(loaded.forward({ids, 2, 4}), model.forward({ids, 2, 4}));
+}
+
+TEST(LoRAFile, SaveModelOfAMergedModelIsRefusedNamingTheLayerAndTheWaysOut) {
+  const testing::TemporaryDirectory dir;
+  auto model = adapted_model();
+  merge_adapters(model);
+  EXPECT_THROW_WITH(save_model(dir / "merged.safetensors", model), Error,
+                    "save_model: " + (dir / "merged.safetensors").string() +
+                        ": the LoRA adapter of h.0.attn.qkv is merged into its weight");
+  EXPECT_THROW_WITH(save_model(dir / "merged.safetensors", model), Error, "save_adapters");
+  EXPECT_FALSE(std::filesystem::exists(dir / "merged.safetensors"));
 }
 
 TEST(LoRAFile, RefusesFilesThatDoNotFitAndChangesNothing) {

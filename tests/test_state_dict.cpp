@@ -5,8 +5,13 @@
 // loaders will need.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dissect/activation.hpp"
@@ -132,6 +137,78 @@ TEST_F(StateDictTest, AStrictLoadListsEveryProblemAtOnceAndChangesNothing) {
                         ": Missing key(s): 2.weight, 2.bias; Unexpected key(s): extra.weight, "
                         "unused; size mismatch for 0.weight: checkpoint [5, 4], model [3, 4]");
   EXPECT_EQ(bits_of(model), before) << "0.bias fitted, but nothing may be written";
+}
+
+/// The largest |a − b| / (1 + |b|) over two tensors of one shape.
+template <TensorLike A, TensorLike B>
+double relative_gap(const A& a, const B& b) {
+  double gap = 0;
+  for (index_t i = 0; i < a.size(); ++i) {
+    const double x = a.data()[i], y = b.data()[i];
+    gap = std::max(gap, std::abs(x - y) / (1 + std::abs(y)));
+  }
+  return gap;
+}
+
+template <class Model>
+void expect_packed_load_uses_the_new_weights(const TransformerConfig& config,
+                                             const std::filesystem::path& path) {
+  const Model saved(config, {.seed = 1});
+  save_module(path, saved);
+  Model packed(config, {.seed = 2});
+  packed.pack();
+  load_state_dict(packed, Checkpoint(path));
+  EXPECT_EQ(bits_of(packed), bits_of(saved));
+  const std::vector<index_t> ids{1, 5, 22, 0, 7, 3};
+  // Forward must read the loaded weights, not the packed copy of the old ones: repacked layers
+  // and the fused blocks' fallback differ from the plain model by the packed GEMM's rounding.
+  EXPECT_LT(relative_gap(packed.forward({ids, 2, 3}), saved.forward({ids, 2, 3})), 1e-5);
+  packed.pack();  // and packing again fuses the new weights
+  EXPECT_LT(relative_gap(packed.forward({ids, 2, 3}), saved.forward({ids, 2, 3})), 1e-5);
+}
+
+TEST_F(StateDictTest, ALoadIntoAPackedModelRepacksSoForwardUsesTheNewWeights) {
+  expect_packed_load_uses_the_new_weights<GPT2Model<float>>(small_gpt2(),
+                                                            directory_ / "gpt2.safetensors");
+  expect_packed_load_uses_the_new_weights<LlamaModel<float>>(testing::small_llama(),
+                                                             directory_ / "llama.safetensors");
+}
+
+TEST_F(StateDictTest, ALoadIntoAQuantisedOrMergedWeightIsRefusedAndChangesNothing) {
+  const auto path = directory_ / "layer.safetensors";
+  Linear<float> saved(4, 3, {.seed = 1});
+  saved.attach_adapter({.rank = 2, .seed = 2});
+  save_module(path, saved);
+  {
+    Linear<float> quantised(4, 3, {.seed = 3});
+    quantised.attach_adapter({.rank = 2, .seed = 4});  // QLoRA
+    quantised.quantize(WeightFormat::bf16);
+    const auto before = bits_of(quantised);
+    EXPECT_THROW_WITH(load_state_dict(quantised, SafetensorsFile(path)), Error,
+                      "load_state_dict: " + path.string() +
+                          ": weight: the weight is stored as bf16; dequantize() the layer first");
+    EXPECT_EQ(bits_of(quantised), before);
+  }
+  {
+    Linear<float> merged(4, 3, {.seed = 3});
+    merged.attach_adapter({.rank = 2, .seed = 4}).B().fill(0.5f);
+    merged.merge_adapter();
+    const auto before = bits_of(merged);
+    EXPECT_THROW_WITH(
+        load_state_dict(merged, SafetensorsFile(path)), Error,
+        "weight: the LoRA adapter is merged into the weight; unmerge_adapter() first");
+    EXPECT_EQ(bits_of(merged), before);
+    // Loading only what the merged layer can take (its adapter) works: forward then uses it.
+    LoadOptions adapters_only;
+    adapters_only.strict = false;  // weight and bias are left out by design
+    adapters_only.name_map = [](std::string_view name) -> std::optional<std::string> {
+      if (name.starts_with("lora_")) return std::string(name);
+      return std::nullopt;
+    };
+    load_state_dict(merged, SafetensorsFile(path), adapters_only);
+    merged.unmerge_adapter();
+    EXPECT_TENSOR_EQ(merged.adapter().A(), saved.adapter().A());
+  }
 }
 
 TEST_F(StateDictTest, ANonStrictLoadReportsWhatItSkippedButStillRefusesWrongShapes) {

@@ -6,7 +6,9 @@
 // left to train is counted by trainable_parameter_count.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "dissect/module.hpp"
 #include "dissect/shape.hpp"
@@ -19,7 +21,9 @@ namespace dissect {
 template <Module M>
 index_t trainable_parameter_count(const M& module);
 
-/// set_frozen(true / false) on every layer of `module`.
+/// set_frozen(true / false) on every layer of `module`. unfreeze is all or nothing: if a layer
+/// refuses (Linear::set_frozen(false) of a quantised or merged layer), every layer is left frozen
+/// as it was and the layer's error propagates.
 template <Module M>
 void freeze(M& module);
 template <Module M>
@@ -46,8 +50,19 @@ void freeze(M& module) {
 
 template <Module M>
 void unfreeze(M& module) {
-  for_each_layer(module,
-                 [](const std::string&, FreezableLayer auto& layer) { layer.set_frozen(false); });
+  // All or nothing: a layer that refuses (a quantised one, or one with a merged LoRA adapter)
+  // throws after the layers before it were unfrozen, and those are frozen again.
+  std::vector<std::function<void()>> refreeze;
+  try {
+    for_each_layer(module, [&](const std::string&, FreezableLayer auto& layer) {
+      const bool was_frozen = layer.frozen();
+      layer.set_frozen(false);
+      if (was_frozen) refreeze.emplace_back([&layer] { layer.set_frozen(true); });
+    });
+  } catch (...) {
+    for (const auto& undo : refreeze) undo();
+    throw;
+  }
 }
 
 }  // namespace dissect

@@ -15,7 +15,8 @@
 // GEMM micro-kernels read it (kernels/packed_weight.hpp), so forward neither repacks it per call
 // nor, at few tokens, streams it twice. Packing freezes the layer, and the layer repacks
 // whenever W changes through its own API; writes through the weight() view are not seen until
-// pack() is called again (optimizers skip a frozen layer).
+// weight_written() or pack() is called (load_state_dict calls the first; optimizers skip a frozen
+// layer).
 //
 // A float layer can also store W in a low-precision format (quant/weight_format.hpp: bf16, int8,
 // q4_0): forward then runs the quantised kernels, and W itself holds Ŵ, the dequantised values, so
@@ -88,7 +89,9 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   TensorView<Scalar, 1> bias() { return with_bias("bias", bias_).view(); }
   ConstTensorView<Scalar, 1> bias() const { return with_bias("bias", bias_).cview(); }
   /// Copies new values into the parameter (the buffer keeps its address).
-  /// @throws ShapeError naming the parameter if the shape is not [out, in] / [out].
+  /// @throws ShapeError naming the parameter if the shape is not [out, in] / [out]; Error
+  /// (set_weight)
+  ///         as weight_write_refusal: while quantised or while an adapter is merged.
   void set_weight(ConstTensorView<Scalar, 2> weight);
   void set_bias(ConstTensorView<Scalar, 1> bias);
 
@@ -109,7 +112,8 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// Freezing, PyTorch's requires_grad_(False) on W and b: the gradient buffers are released, the
   /// parameters are visited with empty gradient views (optimizers skip them, see module.hpp) and
   /// backward computes dx (and an adapter's gradients) only. Unfreezing allocates zeroed
-  /// gradients.
+  /// gradients. Freezing releases the gradient buffers: build optimizers again after it.
+  /// @throws Error when unfreezing a quantised layer or one whose adapter is merged.
   void set_frozen(bool frozen);
   bool frozen() const { return frozen_; }
 
@@ -123,17 +127,24 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// @throws Error if the layer has no adapter.
   LoRAAdapter<Scalar>& adapter() { return with_adapter("adapter"); }
   const LoRAAdapter<Scalar>& adapter() const { return with_adapter("adapter"); }
-  /// Removes the adapter and returns it. If it was merged, W keeps the update (PEFT's
-  /// merge_and_unload); otherwise W is the base again. The layer stays frozen.
+  /// Removes the adapter and returns it. If it was merged, W keeps the update of A and B as they
+  /// are now (PEFT's merge_and_unload); otherwise W is the base again. The layer stays frozen.
   /// @throws Error if the layer has no adapter.
   LoRAAdapter<Scalar> detach_adapter();
   /// W += (α/r)·B·A, after which forward skips the adapter (one GEMM, the speed of the base);
   /// unmerge subtracts it again. W after unmerge differs from the original by the rounding of
-  /// the two additions, at most 2·u·(|W| + |ΔW|) per entry. A merged layer refuses backward.
-  /// @throws Error if there is no adapter or it is already merged (unmerge: not merged).
+  /// the two additions, at most 2·u·(|W| + |ΔW|) per entry. A merged layer refuses backward,
+  /// set_weight and unfreezing. A and B stay writable while merged (an optimizer built before
+  /// the merge still holds them; load_adapters writes them): the layer remembers what it merged
+  /// (LoRAMerge), forward adds the change since, and unmerge takes out exactly what merge put in.
+  /// @throws Error if there is no adapter, it is already merged (unmerge: not merged), or W is
+  ///         trainable (an optimizer would move the merged weight): freeze the layer first.
   void merge_adapter();
   void unmerge_adapter();
-  bool adapter_merged() const { return merged_; }
+  bool adapter_merged() const { return merge_.has_value(); }
+  /// Whether forward adds an adapter's term to x·Wᵀ + b: an unmerged adapter, or a merged one
+  /// whose A or B changed since the merge. Otherwise forward is the product with W alone.
+  bool adapter_adds_to_forward() const { return adapter_ && (!merge_ || merge_->stale(*adapter_)); }
 
   /// Stores W as `format` (a float layer only): forward runs on the quantised weights, W becomes
   /// Ŵ and the layer is frozen. A layer with an unmerged adapter keeps it (QLoRA).
@@ -167,6 +178,16 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// Changes whenever W or the way forward reads it changes through this layer's API (not
   /// through the weight() view): what a block that packs several layers together checks.
   std::uint64_t weight_generation() const { return weight_generation_; }
+
+  /// Why W cannot take new values now, or nullopt: while quantised forward reads its own copy,
+  /// and while an adapter is merged unmerge would subtract ΔW from the new values. What
+  /// set_weight refuses, and what code that writes W through the weight() view checks first
+  /// (load_state_dict).
+  std::optional<std::string> weight_write_refusal() const;
+  /// Tells the layer that W was written through the weight() view (load_state_dict calls it
+  /// after its writes): a packed layer repacks, and weight_generation() moves, so that a block
+  /// whose packing fused this layer falls back to the unfused forward until packed again.
+  void weight_written() { weight_changed(); }
 
   /// Visits "weight" (and "bias") with their gradients — empty when frozen — and an adapter's
   /// "lora_A.weight" and "lora_B.weight": the module protocol.
@@ -240,7 +261,8 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   Tensor<Scalar, 1> bias_grad_;
   bool frozen_ = false;
   std::optional<LoRAAdapter<Scalar>> adapter_;
-  bool merged_ = false;
+  /// What merge_adapter added to W, while merged.
+  std::optional<LoRAMerge<Scalar>> merge_;
   /// How forward reads W: dense, packed or quantised (linear/weight_storage.hpp).
   WeightStorage storage_;
   std::uint64_t weight_generation_ = 0;
@@ -330,12 +352,19 @@ const LoRAAdapter<Scalar>& Linear<Scalar>::with_adapter(const char* name) const 
 template <class Scalar>
 void Linear<Scalar>::forward_matrix(const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> y) const {
   storage_.forward_matmul<Scalar>(x, weight_.matrix(), bias_map(), y);
-  if (adapter_ && !merged_) adapter_->forward_add(x, y);
+  if (!adapter_) return;
+  if (merge_) {
+    merge_->forward_add_change(*adapter_, x, y);
+  } else {
+    adapter_->forward_add(x, y);
+  }
 }
 
 template <class Scalar>
 void Linear<Scalar>::set_weight(ConstTensorView<Scalar, 2> weight) {
-  require_not_quantized("set_weight");
+  if (auto refusal = weight_write_refusal()) {
+    throw Error(detail::concat("Linear::set_weight: ", *refusal));
+  }
   assign_parameter("Linear", "weight", "[out_features, in_features]", weight_, weight);
   weight_changed();
 }
@@ -526,7 +555,7 @@ void Linear<Scalar>::check_backward(const char* op, const ConstTensorView<Scalar
   // x and dy are read while dW and db are written.
   check_not_own_buffer(op, "x", x, false);
   check_not_own_buffer(op, "dy", dy, false);
-  if (merged_) {
+  if (merge_) {
     throw Error(detail::concat(
         "Linear::", op, ": the LoRA adapter is merged into the weight; unmerge it to train"));
   }

@@ -7,10 +7,12 @@
 // layer starts equal to its base; the parameters are "lora_A.weight" and "lora_B.weight".
 //
 // This header holds the arithmetic, written once: Linear carries an adapter for adapted models
-// (linear.hpp), LoRALinear wraps any frozen base with one (lora.hpp).
+// (linear.hpp), LoRALinear wraps any frozen base with one (lora.hpp), and both keep a LoRAMerge
+// while merged, so that A and B changed behind their backs never corrupt the base.
 #pragma once
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -106,7 +108,48 @@ class LoRAAdapter : public ParameterMethods<LoRAAdapter<Scalar>> {
   Tensor<Scalar, 2> b_grad_;
 };
 
+/// What merging an adapter into a float weight added, kept until it is taken out again: copies of
+/// A and B as they were merged (r·(in + out) values, next to the layer's in·out). A and B stay
+/// writable while merged, and an optimizer, load_adapters, load_state_dict or a write through
+/// A() can change them behind the layer's back; with this record the layer stays right anyway:
+/// forward adds the difference between the adapter's term now and the merged one, and unmerging
+/// subtracts exactly the ΔW that merging added (never that of the changed A and B).
+template <class Scalar>
+class LoRAMerge {
+ public:
+  /// weight += ΔW of `adapter` (as add_delta_to), remembering A and B.
+  /// @throws ShapeError if weight is not [out, in] (nothing changes).
+  LoRAMerge(const LoRAAdapter<Scalar>& adapter, TensorView<Scalar, 2> weight);
+
+  /// weight −= the ΔW that was merged.
+  void undo(TensorView<Scalar, 2> weight) const;
+  /// Whether `adapter`'s A or B differ from what was merged (bitwise: a cheap compare of
+  /// r·(in + out) values, against forward's M·in·out products).
+  bool stale(const LoRAAdapter<Scalar>& adapter) const;
+  /// y [M, out] += s·(x·Aᵀ)·Bᵀ − s·(x·A₀ᵀ)·B₀ᵀ when `adapter` changed since the merge, so that
+  /// forward on the merged weight equals the adapted forward of A and B as they are now.
+  void forward_add_change(const LoRAAdapter<Scalar>& adapter, const ConstMatrixRef<Scalar>& x,
+                          MatrixRef<Scalar> y) const;
+
+ private:
+  Tensor<Scalar, 2> a_;  // A and B as merged
+  Tensor<Scalar, 2> b_;
+  Scalar scale_;
+};
+
 // ---- implementation -----------------------------------------------------------------------------
+
+namespace detail {
+/// weight += factor·(B·A): B·A first, then one scaling, PEFT's (B @ A) * scaling, so that a merge
+/// rounds as PEFT's does and an unmerge subtracts the very same product.
+template <class Scalar>
+void add_lora_product(TensorView<Scalar, 2> weight, const Tensor<Scalar, 2>& a,
+                      const Tensor<Scalar, 2>& b, Scalar factor) {
+  const Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> product =
+      b.matrix() * a.matrix();
+  weight.matrix() += factor * product;
+}
+}  // namespace detail
 
 inline void check_lora_options(std::string_view op, const LoRAOptions& options) {
   require_positive(op, "LoRAOptions.rank", options.rank);
@@ -174,10 +217,7 @@ void LoRAAdapter<Scalar>::add_delta_to(TensorView<Scalar, 2> weight, Scalar sign
         "LoRAAdapter::add_delta_to: weight must be [out, in] = ", format_shape(expected), ", got ",
         format_shape(weight.shape())));
   }
-  // B·A first, then one scaling: PEFT's (B @ A) * scaling, so a merge rounds as PEFT's does.
-  const Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> product =
-      b_.matrix() * a_.matrix();
-  weight.matrix() += (sign * scale()) * product;
+  detail::add_lora_product(weight, a_, b_, sign * scale());
 }
 
 template <class Scalar>
@@ -198,6 +238,36 @@ void LoRAAdapter<Scalar>::backward_add(const ConstMatrixRef<Scalar>& x,
   b_grad_.matrix().noalias() += scale() * (dy.transpose() * h);  // [out, r]
   a_grad_.matrix().noalias() += dh.transpose() * x;              // [r, in]
   if (dx) dx->noalias() += dh * a_.matrix();
+}
+
+// ---- a merge ------------------------------------------------------------------------------------
+
+template <class Scalar>
+LoRAMerge<Scalar>::LoRAMerge(const LoRAAdapter<Scalar>& adapter, TensorView<Scalar, 2> weight)
+    : a_(adapter.A()), b_(adapter.B()), scale_(adapter.scale()) {
+  adapter.add_delta_to(weight, Scalar(1));  // checks the shape before writing
+}
+
+template <class Scalar>
+void LoRAMerge<Scalar>::undo(TensorView<Scalar, 2> weight) const {
+  detail::add_lora_product(weight, a_, b_, -scale_);
+}
+
+template <class Scalar>
+bool LoRAMerge<Scalar>::stale(const LoRAAdapter<Scalar>& adapter) const {
+  return !std::equal(a_.begin(), a_.end(), adapter.A().begin()) ||
+         !std::equal(b_.begin(), b_.end(), adapter.B().begin());
+}
+
+template <class Scalar>
+void LoRAMerge<Scalar>::forward_add_change(const LoRAAdapter<Scalar>& adapter,
+                                           const ConstMatrixRef<Scalar>& x,
+                                           MatrixRef<Scalar> y) const {
+  if (!stale(adapter)) return;
+  adapter.forward_add(x, y);
+  const Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> h =
+      x * a_.matrix().transpose();
+  y.noalias() -= scale_ * (h * b_.matrix().transpose());
 }
 
 }  // namespace dissect

@@ -87,10 +87,13 @@ class LoRALinear : public ParameterMethods<LoRALinear<Scalar>> {
   Tensor<Scalar, rank_of<X>> backward(const X& x, const DY& dy);
 
   /// W += ΔW: forward then costs one product. unmerge restores W up to the rounding of the two
-  /// additions. @throws Error if already merged (unmerge: if not merged).
+  /// additions. As Linear::merge_adapter, the layer remembers what it merged (LoRAMerge): a
+  /// change of A or B while merged (an optimizer step) is added by forward, and unmerge takes out
+  /// exactly what merge put in. A packed base repacks.
+  /// @throws Error if already merged (unmerge: if not merged), or if the base is quantised.
   void merge();
   void unmerge();
-  bool merged() const { return merged_; }
+  bool merged() const { return merge_.has_value(); }
 
  private:
   void check_not_merged(const char* op) const;
@@ -102,7 +105,8 @@ class LoRALinear : public ParameterMethods<LoRALinear<Scalar>> {
   Linear<Scalar> base_;
   LoRAAdapter<Scalar> adapter_;
   std::uint64_t dropout_seed_;
-  bool merged_ = false;
+  /// What merge added to the base's W, while merged.
+  std::optional<LoRAMerge<Scalar>> merge_;
 };
 
 // ---- implementation -----------------------------------------------------------------------------
@@ -120,7 +124,7 @@ LoRALinear<Scalar>::LoRALinear(Linear<Scalar> base, LoRAOptions options)
 
 template <class Scalar>
 void LoRALinear<Scalar>::check_not_merged(const char* op) const {
-  if (merged_) {
+  if (merge_) {
     throw Error(detail::concat("LoRALinear::", op,
                                ": the adapter is merged into the weight; unmerge it to train"));
   }
@@ -139,7 +143,11 @@ Tensor<Scalar, rank_of<X>> LoRALinear<Scalar>::forward(const X& x) const {
   require_layer_scalar<Scalar, X>();
   const auto input = const_view(x);
   auto y = base_.forward(input);
-  if (!merged_) adapter_.forward_add(input.matrix(), y.matrix());
+  if (merge_) {
+    merge_->forward_add_change(adapter_, input.matrix(), y.matrix());
+  } else {
+    adapter_.forward_add(input.matrix(), y.matrix());
+  }
   return y;
 }
 
@@ -207,16 +215,20 @@ Tensor<Scalar, rank_of<X>> LoRALinear<Scalar>::backward(const X& x, const DY& dy
 
 template <class Scalar>
 void LoRALinear<Scalar>::merge() {
-  if (merged_) throw Error("LoRALinear::merge: the adapter is already merged");
-  adapter_.add_delta_to(base_.weight(), Scalar(1));
-  merged_ = true;
+  if (merge_) throw Error("LoRALinear::merge: the adapter is already merged");
+  if (const auto refusal = base_.weight_write_refusal()) {
+    throw Error(detail::concat("LoRALinear::merge: ", *refusal));
+  }
+  merge_.emplace(adapter_, base_.weight());
+  base_.weight_written();  // a packed base repacks
 }
 
 template <class Scalar>
 void LoRALinear<Scalar>::unmerge() {
-  if (!merged_) throw Error("LoRALinear::unmerge: the adapter is not merged");
-  adapter_.add_delta_to(base_.weight(), Scalar(-1));
-  merged_ = false;
+  if (!merge_) throw Error("LoRALinear::unmerge: the adapter is not merged");
+  merge_->undo(base_.weight());
+  merge_.reset();
+  base_.weight_written();
 }
 
 }  // namespace dissect

@@ -43,7 +43,9 @@ void save_adapters(const std::filesystem::path& path, const M& model,
 /// Reads the adapters of a file save_adapters wrote (or PEFT wrote, for the same module paths)
 /// into `model`: a layer that has no adapter gets one of the file's rank and alpha (the model
 /// is frozen first, as apply_lora does); one that has must have the same rank and alpha. Returns
-/// the adapted paths. Strict: every lora tensor of the file must land.
+/// the adapted paths. Strict: every lora tensor of the file must land. Into a merged adapter it
+/// works too: the layer remembers what it merged (Linear::merge_adapter), so forward is that of
+/// the loaded A and B, and unmerging restores the base.
 /// @throws FormatError for missing or unreadable metadata; Error naming the tensors the model has
 ///         no Linear for, or a lora_A without its lora_B; ShapeError naming the tensor for a
 ///         shape or rank that does not fit; ConfigError for another alpha. All of these are found
@@ -58,6 +60,47 @@ namespace detail {
 inline std::string lora_tensor_name(const std::string& path, const char* matrix) {
   return concat(peft_prefix, path, ".lora_", matrix, ".weight");
 }
+
+/// The "dissect.lora" config (PEFT's adapter_config fields, above) of every adapter of `model`,
+/// or nullopt when it has none: what save_adapters and save_model record.
+template <Module M>
+std::optional<nlohmann::json> lora_config_of(const M& model) {
+  using Scalar = typename M::scalar_type;
+  nlohmann::json targets = nlohmann::json::array(), alpha_pattern = nlohmann::json::object();
+  std::optional<double> alpha;
+  std::optional<index_t> rank;
+  for_each_layer(model, [&](const std::string& layer_path, const Linear<Scalar>& layer) {
+    if (!layer.has_adapter()) return;
+    const LoRAAdapter<Scalar>& adapter = layer.adapter();
+    targets.push_back(layer_path);
+    if (!alpha) alpha = adapter.alpha(), rank = adapter.rank();
+    if (adapter.alpha() != *alpha) alpha_pattern[layer_path] = adapter.alpha();
+  });
+  if (!alpha) return std::nullopt;
+  return nlohmann::json{{"peft_type", "LORA"},
+                        {"r", *rank},
+                        {"lora_alpha", *alpha},
+                        {"target_modules", targets},
+                        {"alpha_pattern", alpha_pattern}};
+}
+
+/// The alpha such a config gives layer `path`. @throws FormatError naming `where`.
+inline double lora_alpha_in(const nlohmann::json& config, const std::string& path,
+                            const std::string& where) {
+  const nlohmann::json* value = &config;
+  if (config.contains("alpha_pattern") && config["alpha_pattern"].contains(path)) {
+    value = &config["alpha_pattern"][path];
+  } else if (config.contains("lora_alpha")) {
+    value = &config["lora_alpha"];
+  } else {
+    throw FormatError(concat(where, ": ", lora_config_key, " has no lora_alpha"));
+  }
+  if (!value->is_number()) {
+    throw FormatError(
+        concat(where, ": lora_alpha of ", path, " is ", describe_json(*value), ", not a number"));
+  }
+  return value->get<double>();
+}
 }  // namespace detail
 
 template <Module M>
@@ -65,29 +108,17 @@ void save_adapters(const std::filesystem::path& path, const M& model,
                    std::map<std::string, std::string> metadata) {
   using Scalar = typename M::scalar_type;
   std::vector<SaveEntry> entries;
-  nlohmann::json targets = nlohmann::json::array(), alpha_pattern = nlohmann::json::object();
-  std::optional<double> alpha;
-  std::optional<index_t> rank;
   for_each_layer(model, [&](const std::string& layer_path, const Linear<Scalar>& layer) {
     if (!layer.has_adapter()) return;
-    const LoRAAdapter<Scalar>& adapter = layer.adapter();
-    entries.emplace_back(detail::lora_tensor_name(layer_path, "A"), adapter.A());
-    entries.emplace_back(detail::lora_tensor_name(layer_path, "B"), adapter.B());
-    targets.push_back(layer_path);
-    if (!alpha) alpha = adapter.alpha(), rank = adapter.rank();
-    if (adapter.alpha() != *alpha) alpha_pattern[layer_path] = adapter.alpha();
+    entries.emplace_back(detail::lora_tensor_name(layer_path, "A"), layer.adapter().A());
+    entries.emplace_back(detail::lora_tensor_name(layer_path, "B"), layer.adapter().B());
   });
-  if (entries.empty()) {
+  const std::optional<nlohmann::json> config = detail::lora_config_of(model);
+  if (!config) {
     throw Error(
         detail::concat("save_adapters: the model has no LoRA adapter to save to ", path.string()));
   }
-  metadata[lora_config_key] = nlohmann::json{
-      {"peft_type", "LORA"},
-      {"r", *rank},
-      {"lora_alpha", *alpha},
-      {"target_modules", targets},
-      {"alpha_pattern",
-       alpha_pattern}}.dump();
+  metadata[lora_config_key] = config->dump();
   save_safetensors(path, entries, metadata);
 }
 
@@ -103,19 +134,7 @@ std::vector<std::string> load_adapters(M& model, const SafetensorsFile& file) {
   const nlohmann::json config =
       detail::parse_json_strictly(found->second, detail::concat(where, ": ", lora_config_key));
   const auto alpha_of = [&](const std::string& path) {
-    const nlohmann::json* value = &config;
-    if (config.contains("alpha_pattern") && config["alpha_pattern"].contains(path)) {
-      value = &config["alpha_pattern"][path];
-    } else if (config.contains("lora_alpha")) {
-      value = &config["lora_alpha"];
-    } else {
-      throw FormatError(detail::concat(where, ": ", lora_config_key, " has no lora_alpha"));
-    }
-    if (!value->is_number()) {
-      throw FormatError(detail::concat(where, ": lora_alpha of ", path, " is ",
-                                       detail::describe_json(*value), ", not a number"));
-    }
-    return value->get<double>();
+    return detail::lora_alpha_in(config, path, where);
   };
 
   // Everything is checked before anything changes: the plan first, then the loads.

@@ -5,6 +5,11 @@
 // is strict by default, as PyTorch's: one error lists every missing, unexpected and mis-shaped
 // tensor at once, and since everything is checked before the first value is written, a refused
 // load leaves the module as it was. save_module writes every parameter under its name.
+//
+// The load writes through the views the module protocol hands out, behind the layers' backs, so
+// it tells the layers that keep state derived from their weight (a Linear's packed or quantised
+// copy, a merged adapter): a weight that cannot take new values (quantised, merged) is one more
+// problem of the refused load, and a packed layer repacks after it.
 #pragma once
 
 #include <algorithm>
@@ -72,11 +77,14 @@ concept TensorSource = requires(const Source& source, std::string_view name,
 };
 
 /// Copies every parameter of `module` from `source`, converting F32/F64/F16/BF16 into the
-/// parameter's scalar.
+/// parameter's scalar. A packed Linear whose weight is loaded repacks (a block that fused it
+/// runs unfused until packed again).
 /// @throws Error "load_state_dict: <file>: Missing key(s): a, b; Unexpected key(s): c; size
 ///         mismatch for h.0.attn.qkv.weight: checkpoint [96, 32], model [64, 32]" listing every
 ///         problem (missing and unexpected only when strict; a dtype that cannot be converted
-///         always), with nothing written into the module.
+///         always; a weight the layer cannot take now, Linear::weight_write_refusal:
+///         "h.0.mlp.up.weight: the weight is stored as int8; dequantize() the layer first"), with
+///         nothing written into the module.
 template <Module M, TensorSource Source>
 LoadResult load_state_dict(M& module, const Source& source, const LoadOptions& options = {});
 
@@ -103,6 +111,21 @@ inline std::optional<std::string> checkpoint_name(std::string_view model_name,
   return mapped;
 }
 
+/// Calls visit(weight_name, layer) for every layer of `module` that must hear of writes to its
+/// weight made through its views (Linear: weight_write_refusal, weight_written), with the
+/// state_dict name of that weight ("h.0.attn.qkv.weight").
+template <class M, class Visit>
+void for_each_weight_watcher(M& module, Visit&& visit) {
+  for_each_layer(module, [&](const std::string& path, auto& layer) {
+    if constexpr (requires {
+                    { layer.weight_write_refusal() } -> std::same_as<std::optional<std::string>>;
+                    layer.weight_written();
+                  }) {
+      visit(path.empty() ? std::string("weight") : path + ".weight", layer);
+    }
+  });
+}
+
 /// "a, b, c".
 inline std::string join_names(const std::vector<std::string>& names) {
   std::string text;
@@ -117,6 +140,7 @@ LoadResult load_state_dict(M& module, const Source& source, const LoadOptions& o
   LoadResult result;
   std::vector<std::optional<std::string>> plan;  // per parameter, in visiting order
   std::set<std::string, std::less<>> claimed;
+  std::set<std::string, std::less<>> written;  // model names the load writes
   std::vector<std::string> mismatches;
   std::as_const(module).for_each_parameter([&](const ParameterName& parameter, auto value, auto) {
     const std::string model_name = parameter.str();
@@ -142,6 +166,13 @@ LoadResult load_state_dict(M& module, const Source& source, const LoadOptions& o
                                           detail::convertible_dtype_list(", "), " can)"));
     } else {
       result.loaded.push_back(model_name);
+      written.insert(model_name);
+    }
+  });
+  detail::for_each_weight_watcher(module, [&](const std::string& weight, const auto& layer) {
+    if (!written.contains(weight)) return;
+    if (const std::optional<std::string> refusal = layer.weight_write_refusal()) {
+      mismatches.push_back(detail::concat(weight, ": ", *refusal));
     }
   });
   for (const std::string& name : source.tensor_names()) {
@@ -166,6 +197,9 @@ LoadResult load_state_dict(M& module, const Source& source, const LoadOptions& o
   std::size_t position = 0;
   module.for_each_parameter([&](const ParameterName&, auto value, auto) {
     if (const std::optional<std::string>& key = plan[position++]) load_into(source, *key, value);
+  });
+  detail::for_each_weight_watcher(module, [&](const std::string& weight, auto& layer) {
+    if (written.contains(weight)) layer.weight_written();  // a packed layer repacks
   });
   return result;
 }

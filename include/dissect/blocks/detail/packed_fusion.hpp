@@ -31,11 +31,12 @@
 
 namespace dissect::detail {
 
-/// Whether `layer`'s forward is exactly its packed product plus bias (no live adapter), so that
-/// a block may call the packed GEMM with more fused into it.
+/// Whether `layer`'s forward is exactly its packed product plus bias (no adapter term: none, or
+/// one merged and unchanged since), so that a block may call the packed GEMM with more fused
+/// into it.
 template <class Scalar>
 bool runs_packed(const Linear<Scalar>& layer) {
-  return layer.packed() && !(layer.has_adapter() && !layer.adapter_merged());
+  return layer.packed() && !layer.adapter_adds_to_forward();
 }
 
 /// y = act(x·Wᵀ + b) + residual on a packed weight (`packed`, by default the layer's own), the

@@ -13,6 +13,8 @@
     "dissect/linear/detail/modes_impl.hpp is private to dissect: include dissect/linear.hpp instead"
 #endif
 
+#include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -28,6 +30,11 @@ namespace dissect {
 template <class Scalar>
 void Linear<Scalar>::set_frozen(bool frozen) {
   if (!frozen) require_not_quantized("set_frozen(false)");
+  if (!frozen && merge_) {
+    throw Error(
+        "Linear::set_frozen(false): the LoRA adapter is merged into the weight; unmerge it to "
+        "train");
+  }
   if (!frozen) {
     if (storage_.packed()) unpack();  // training writes W through views the pack cannot see
     ++weight_generation_;  // so may the optimizer: a block's packing must not trust W now
@@ -56,16 +63,23 @@ LoRAAdapter<Scalar>& Linear<Scalar>::attach_adapter(LoRAAdapter<Scalar> adapter)
   }
   set_frozen(true);
   adapter_.emplace(std::move(adapter));
-  merged_ = false;
+  merge_.reset();
   ++weight_generation_;
   return *adapter_;
 }
 
 template <class Scalar>
 LoRAAdapter<Scalar> Linear<Scalar>::detach_adapter() {
-  LoRAAdapter<Scalar> adapter = std::move(with_adapter("detach_adapter"));
+  LoRAAdapter<Scalar>& attached = with_adapter("detach_adapter");
+  if (merge_ && merge_->stale(attached)) {
+    // A or B changed since the merge: W keeps the update forward has been computing.
+    merge_->undo(weight_.view());
+    attached.add_delta_to(weight_.view(), Scalar(1));
+    weight_changed();
+  }
+  LoRAAdapter<Scalar> adapter = std::move(attached);
   adapter_.reset();
-  merged_ = false;
+  merge_.reset();
   ++weight_generation_;
   return adapter;
 }
@@ -73,19 +87,23 @@ LoRAAdapter<Scalar> Linear<Scalar>::detach_adapter() {
 template <class Scalar>
 void Linear<Scalar>::merge_adapter() {
   const auto& adapter = with_adapter("merge_adapter");
-  if (merged_) throw Error("Linear::merge_adapter: the adapter is already merged");
+  if (merge_) throw Error("Linear::merge_adapter: the adapter is already merged");
   require_not_quantized("merge_adapter");
-  adapter.add_delta_to(weight_.view(), Scalar(1));
-  merged_ = true;
+  if (!frozen_) {
+    throw Error(
+        "Linear::merge_adapter: the weight is trainable (set_frozen(false)), and an optimizer "
+        "would move the merged weight; freeze the layer first");
+  }
+  merge_.emplace(adapter, weight_.view());
   weight_changed();
 }
 
 template <class Scalar>
 void Linear<Scalar>::unmerge_adapter() {
-  const auto& adapter = with_adapter("unmerge_adapter");
-  if (!merged_) throw Error("Linear::unmerge_adapter: the adapter is not merged");
-  adapter.add_delta_to(weight_.view(), Scalar(-1));
-  merged_ = false;
+  with_adapter("unmerge_adapter");
+  if (!merge_) throw Error("Linear::unmerge_adapter: the adapter is not merged");
+  merge_->undo(weight_.view());  // what merge added, even if A or B changed since
+  merge_.reset();
   weight_changed();
 }
 
@@ -109,7 +127,7 @@ template <class Scalar>
 void Linear<Scalar>::set_quantized_weight(
     QuantizedWeight weight) requires std::is_same_v<Scalar, float> {
   require_not_quantized("set_quantized_weight");
-  if (merged_) {
+  if (merge_) {
     throw Error(
         "Linear::set_quantized_weight: the LoRA adapter is merged into the weight; "
         "unmerge it before quantising the base");
@@ -123,6 +141,20 @@ void Linear<Scalar>::set_quantized_weight(
   set_frozen(true);
   storage_.set_quantized(std::move(weight));
   ++weight_generation_;
+}
+
+template <class Scalar>
+std::optional<std::string> Linear<Scalar>::weight_write_refusal() const {
+  if (const QuantizedWeight* q = storage_.quantized()) {
+    return detail::concat("the weight is stored as ", weight_format_name(q->format()),
+                          "; dequantize() the layer first");
+  }
+  if (merge_) {
+    return std::string(
+        "the LoRA adapter is merged into the weight; unmerge_adapter() first (or "
+        "detach_adapter() to keep the merged weight)");
+  }
+  return std::nullopt;
 }
 
 template <class Scalar>
