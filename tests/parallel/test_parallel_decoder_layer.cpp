@@ -69,7 +69,7 @@ std::vector<Scalar> gathered(const std::string& name, const View& part,
 }
 
 template <class Scalar, const DecoderStyle& Style>
-void expect_layer_matches(const TransformerConfig& config) {
+void expect_layer_matches(const TransformerConfig& config, index_t index = 0) {
   const auto& comm = world();
   constexpr index_t B = 2, T = 5;
   const index_t D = config.d_model;
@@ -82,7 +82,7 @@ void expect_layer_matches(const TransformerConfig& config) {
   }
   const RotaryTable<Scalar>* table = rope ? &*rope : nullptr;
   // Larger weights than the models' 0.02, so every path matters.
-  DecoderLayer<Scalar, Style> full(config, 11);
+  DecoderLayer<Scalar, Style> full(config, 11, index);
   full.for_each_parameter([&](const ParameterName& name, auto value, auto) {
     if (name.str().find("weight") != std::string::npos && rank_of<decltype(value)> == 2) {
       for (auto& v : value) v *= Scalar(20);
@@ -131,6 +131,16 @@ TYPED_TEST_SUITE(ParallelDecoderLayerTest, FloatAndDouble);
 
 TYPED_TEST(ParallelDecoderLayerTest, GPT2BlockMatchesTheFullLayer) {
   expect_layer_matches<TypeParam, gpt2_style>(small_gpt2());
+}
+
+TYPED_TEST(ParallelDecoderLayerTest, GPT2BlockWithScoreScalingMatchesTheFullLayer) {
+  // GPT-2's scale_attn_weights: false, and scale_attn_by_inverse_layer_idx in layer 1 (/ 2): the
+  // split layer keeps the full one's scale, forward and backward.
+  TransformerConfig config = small_gpt2();
+  config.score_scaling.scale = 1.0;
+  expect_layer_matches<TypeParam, gpt2_style>(config);
+  config.score_scaling = {.scale = std::nullopt, .inverse_layer_index = true};
+  expect_layer_matches<TypeParam, gpt2_style>(config, 1);
 }
 
 TYPED_TEST(ParallelDecoderLayerTest, LlamaLayerWithGroupedQueryAttentionMatchesTheFullLayer) {
@@ -182,6 +192,13 @@ void expect_loaded_layer_is_bit_identical(const TransformerConfig& config, const
 
 TEST(ParallelDecoderLayer, GPT2LayerLoadedSliceBySliceEqualsTheSplitModel) {
   expect_loaded_layer_is_bit_identical<GPT2Model<float>>(small_gpt2(), "dissect_tp_gpt2");
+}
+
+TEST(ParallelDecoderLayer, GPT2LayerWithPerLayerScoreScalingLoadsItsOwnScale) {
+  // Layer 1 of the file scales by 1/(√d_k · 2), read from the prefix "h.1.".
+  TransformerConfig config = small_gpt2();
+  config.score_scaling.inverse_layer_index = true;
+  expect_loaded_layer_is_bit_identical<GPT2Model<float>>(config, "dissect_tp_gpt2_scaled");
 }
 
 TEST(ParallelDecoderLayer, LlamaLayerLoadedSliceBySliceEqualsTheSplitModel) {
@@ -288,10 +305,12 @@ TEST(ParallelDecoderLayer, AMissingOrMisshapenTensorIsTheSameErrorOnEveryRank) {
                           misshapen.string() + " has shape [16, 8], the config needs [16, 16]");
   }
   if (comm.size() >= 2) {
-    // Only the last rank's file is bad: the others read theirs fine and still throw its error.
+    // Only the last rank's file is bad: the others read theirs fine and still throw its error,
+    // which names that rank.
     const SafetensorsFile file(comm.rank() == comm.size() - 1 ? misshapen : good);
     EXPECT_THROW_WITH(parallel::load_parallel_layer<Layer>(file, "h.1.", config, comm), ShapeError,
-                      "has shape [16, 8], the config needs [16, 16]");
+                      "load_parallel_layer: rank " + std::to_string(comm.size() - 1) +
+                          ": tensor \"h.1.attn.proj.weight\"");
   }
   // A prefix that names no layer: every rank, the same Error.
   {

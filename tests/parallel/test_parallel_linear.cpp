@@ -221,10 +221,13 @@ TEST(ParallelLinearSlices, ASliceOfTheWrongSizeIsTheSameShapeErrorOnEveryRank) {
   if (comm.size() == 1) GTEST_SKIP() << "a whole layer is rank 0's slice";
   EXPECT_THROW_WITH(ColumnParallelLinear<double>(Linear<double>(4, 6, {.seed = 1}), 6, comm),
                     ShapeError, "ColumnParallelLinear: the slice has 6 rows but a rank's share");
-  // Only the last rank's slice is wrong: the rows are agreed first, so every rank throws.
+  // Only the last rank's slice is wrong: its check runs inside the agreement, so every rank
+  // throws its error, naming it.
   const index_t rows = comm.rank() == comm.size() - 1 ? 2 : 3;
   EXPECT_THROW_WITH(ColumnParallelLinear<double>(Linear<double>(4, rows, {.seed = 1}), 6, comm),
-                    ShapeError, "ranks disagree about the rows of their slices");
+                    ShapeError,
+                    "ColumnParallelLinear: rank " + std::to_string(comm.size() - 1) +
+                        ": the slice has 2 rows but a rank's share of 6 over 2 ranks is 3");
   EXPECT_THROW_WITH(RowParallelLinear<double>(Linear<double>(6, 4, {.bias = false, .seed = 1}),
                                               std::nullopt, 6, comm),
                     ShapeError, "RowParallelLinear: the slice has 6 columns");

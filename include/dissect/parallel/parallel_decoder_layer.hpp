@@ -16,14 +16,17 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdint>
-#include <exception>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "dissect/blocks/block_parts.hpp"
 #include "dissect/config.hpp"
 #include "dissect/error.hpp"
 #include "dissect/io/safetensors.hpp"
@@ -60,14 +63,14 @@ class ParallelDecoderLayer : public ComposedModule<ParallelDecoderLayer<Scalar, 
     typename FfnType::Cache ffn;
   };
 
-  /// Rank p's share of `full` (norms copied whole); every gradient starts at zero. A collective;
-  /// `comm` must outlive the layer.
-  /// @throws ConfigError (every rank) if P does not divide H, H_kv or F; ShapeError if the ranks'
-  ///         layers differ in shape.
+  /// Rank p's share of `full` (norms copied whole, its score scale kept); every gradient starts
+  /// at zero. A collective; `comm` must outlive the layer.
+  /// @throws ConfigError (every rank) if P does not divide H, H_kv or F; ShapeError (every rank)
+  ///         if the ranks' layers differ in shape or in any value (weights, norms, score scale).
   ParallelDecoderLayer(const DecoderLayer<Scalar, Style>& full, const Communicator& comm);
 
-  /// From parts already split (what load_parallel_layer builds). @throws ConfigError if the
-  /// parts differ in D.
+  /// From parts already split (what load_parallel_layer builds). A collective.
+  /// @throws ConfigError if the parts differ in D; ShapeError if the norms differ across ranks.
   ParallelDecoderLayer(NormType norm1, ParallelAttention<Scalar> attention, NormType norm2,
                        FfnType ffn, const Communicator& comm);
 
@@ -85,9 +88,12 @@ class ParallelDecoderLayer : public ComposedModule<ParallelDecoderLayer<Scalar, 
   // this rank's slices of the split tensors and the whole norms.
 
   /// Training: x [B, T, D] (the same on every rank) at positions 0 … T − 1 → y [B, T, D], the
-  /// same on every rank; two all-reduces. `rope`: the model's table (rotary styles; null
-  /// otherwise). @throws ShapeError (every rank) if x differs across ranks or is not [B, T, D];
-  /// Error if a rotary layer gets no table.
+  /// same on every rank; two all-reduces, and three small agreements (Communicator::agree: the
+  /// layer's, attention's, the FFN's). `rope`: the model's table (rotary styles; null
+  /// otherwise), with the same d_k and θ on every rank. Every error is every rank's, naming the
+  /// failing one. @throws ShapeError (every rank) if x differs across ranks (in shape or in any
+  /// value) or is not [B, T, D] on some rank; Error if a rotary layer gets no table, or one too
+  /// short for T, on some rank.
   Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 3> x, Cache& cache,
                             const RotaryTable<Scalar>* rope) const;
   /// The same, keeping nothing.
@@ -97,7 +103,11 @@ class ParallelDecoderLayer : public ComposedModule<ParallelDecoderLayer<Scalar, 
   }
 
   /// x, cache from forward(x, cache, …), dy [B, T, D] → dx [B, T, D] (the same on every rank);
-  /// adds into this rank's gradients (the norms' are the same on every rank). Two all-reduces.
+  /// adds into this rank's gradients (the norms' are the same on every rank). Two all-reduces
+  /// and three agreements. The layer's own checks (x and dy: shapes and values; its caches; the
+  /// table) are agreed before any gradient changes; a block's cache that does not fit is refused,
+  /// on every rank, by that block's agreement, after the FFN's gradients have been added when
+  /// it is attention's. @throws as forward, ShapeError for a cache of another input.
   Tensor<Scalar, 3> backward(ConstTensorView<Scalar, 3> x, Cache& cache,
                              ConstTensorView<Scalar, 3> dy, const RotaryTable<Scalar>* rope);
 
@@ -112,7 +122,27 @@ class ParallelDecoderLayer : public ComposedModule<ParallelDecoderLayer<Scalar, 
   }
 
   static FfnType split_ffn(const DecoderLayer<Scalar, Style>& full, const Communicator& comm);
-  const RotaryTable<Scalar>* checked_rope(const RotaryTable<Scalar>* rope) const;
+  const RotaryTable<Scalar>* checked_rope(std::string_view op,
+                                          const RotaryTable<Scalar>* rope) const;
+  /// "Parallel<layer name>" and "Parallel<layer name>::<call>": names in errors and agreements.
+  static std::string layer_op() { return dissect::detail::concat("Parallel", Style.layer_name); }
+  static std::string op_name(std::string_view call) {
+    return dissect::detail::concat(layer_op(), "::", call);
+  }
+  /// The table the attention block is given: the caller's for a rotary style, none otherwise.
+  static const RotaryTable<Scalar>* effective_rope(const RotaryTable<Scalar>* rope) {
+    return Style.positions == Positions::rotary ? rope : nullptr;
+  }
+  /// The norms' parameters, checksummed: replicated, so the same on every rank.
+  std::uint64_t norms_checksum() const {
+    Checksum sum;
+    for (const NormType* norm : {&norm1_, &norm2_}) {
+      norm->for_each_parameter([&](const ParameterName&, auto value, auto) {
+        sum.add(std::span(value.data(), static_cast<std::size_t>(value.size())));
+      });
+    }
+    return sum.value();
+  }
 
   const Communicator* comm_;
   NormType norm1_;
@@ -130,19 +160,42 @@ using ParallelLlamaDecoderLayer = ParallelDecoderLayer<Scalar, llama_style>;
 /// Layer `prefix` ("h.3.", "layers.0.") of `config` from a checkpoint in DecoderLayer's names (as
 /// save_model writes them), each rank decoding only its slices: rows of the column-parallel
 /// weights (for the fused qkv, its heads of q, of k and of v), columns of the row-parallel ones,
-/// and the norms and row-parallel biases whole. Dtypes convert as SafetensorsFile::load does
+/// and the norms and row-parallel biases whole. The layer scales its attention scores by
+/// config.score_scale(i); when that depends on the layer (score_scaling.inverse_layer_index), i
+/// is read from the prefix, which must then end in "<layers>.<i>." ("h.3."). Dtypes convert as
+/// SafetensorsFile::load does
 /// (F32, F64, F16, BF16 into float or double). A collective: every rank of `comm` calls it,
 /// usually on the same file. Every problem with the file is found before any collective and
-/// agreed: if one rank fails, every rank throws the same exception (of the first failing rank:
-/// its type and text), so no rank is left waiting.
+/// agreed (Communicator::agree): if one rank fails, every rank throws the same exception (the
+/// first failing rank's type, its text naming the rank), so no rank is left waiting.
 /// @throws Error naming the file and tensor if one is missing or of a dtype that is not read;
-///         ShapeError if a tensor's shape is not the config's; ConfigError for an invalid config
-///         or one P does not divide.
+///         ShapeError if a tensor's shape is not the config's; ConfigError for an invalid config,
+///         one P does not divide, or a per-layer score scaling with a prefix that names no layer.
 template <class Layer>
 Layer load_parallel_layer(const SafetensorsFile& file, std::string_view prefix,
                           const TransformerConfig& config, const Communicator& comm);
 
 // ---- implementation -----------------------------------------------------------------------------
+
+namespace detail {
+
+/// A norm's cache holds the statistics of an x of `x_shape`: what Normalization::backward would
+/// refuse, checked before a layer's backward touches any gradient.
+template <class Norm>
+void check_norm_cache(std::string_view op, const char* name, const typename Norm::Cache& cache,
+                      const Shape<3>& x_shape) {
+  const index_t rows = x_shape[0] * x_shape[1];
+  const bool fits =
+      std::equal(cache.shape.begin(), cache.shape.end(), x_shape.begin(), x_shape.end()) &&
+      cache.rstd.size() == rows && cache.mean.size() == (Norm::centered ? rows : 0);
+  if (!fits) {
+    throw ShapeError(dissect::detail::concat(op, ": ", name,
+                                             " holds the statistics of another x than x ",
+                                             format_shape(x_shape), block_cache_hint));
+  }
+}
+
+}  // namespace detail
 
 template <class Scalar, const DecoderStyle& Style>
 auto ParallelDecoderLayer<Scalar, Style>::split_ffn(const DecoderLayer<Scalar, Style>& full,
@@ -155,12 +208,13 @@ ParallelDecoderLayer<Scalar, Style>::ParallelDecoderLayer(const DecoderLayer<Sca
                                                           const Communicator& comm)
     : comm_(&comm),
       norm1_(full.attention_norm()),
-      attention_(full.qkv(), full.attention_output(), comm),
+      attention_(full.qkv(), full.attention_output(), comm, full.score_scale()),
       norm2_(full.ffn_norm()),
       ffn_(split_ffn(full, comm)) {
   // The slices start with zero gradients; so do the copied norms, whatever `full` accumulated.
   norm1_.zero_grad();
   norm2_.zero_grad();
+  comm.agree(layer_op(), {.replicated = {{"the norms' parameters", norms_checksum()}}}, [] {});
 }
 
 template <class Scalar, const DecoderStyle& Style>
@@ -173,21 +227,24 @@ ParallelDecoderLayer<Scalar, Style>::ParallelDecoderLayer(NormType norm1,
       attention_(std::move(attention)),
       norm2_(std::move(norm2)),
       ffn_(std::move(ffn)) {
-  if (ffn_.d_model() != attention_.d_model()) {
-    throw ConfigError(dissect::detail::concat(Style.layer_name,
-                                              ": attention has D = ", attention_.d_model(),
-                                              " but the FFN has D = ", ffn_.d_model()));
-  }
+  comm.agree(layer_op(),
+             {.shapes = {attention_.d_model(), ffn_.d_model()},
+              .shapes_what = "D of the attention and of the FFN",
+              .replicated = {{"the norms' parameters", norms_checksum()}}},
+             [&] {
+               if (ffn_.d_model() != attention_.d_model()) {
+                 throw ConfigError(dissect::detail::concat(
+                     Style.layer_name, ": attention has D = ", attention_.d_model(),
+                     " but the FFN has D = ", ffn_.d_model()));
+               }
+             });
 }
 
 template <class Scalar, const DecoderStyle& Style>
 const RotaryTable<Scalar>* ParallelDecoderLayer<Scalar, Style>::checked_rope(
-    const RotaryTable<Scalar>* rope) const {
+    std::string_view op, const RotaryTable<Scalar>* rope) const {
   if constexpr (Style.positions == Positions::rotary) {
-    if (!rope) {
-      throw Error(dissect::detail::concat("Parallel", Style.layer_name,
-                                          ": a rotary layer needs a RoPE table"));
-    }
+    if (!rope) throw Error(dissect::detail::concat(op, ": a rotary layer needs a RoPE table"));
     return rope;
   } else {
     return nullptr;
@@ -197,9 +254,21 @@ const RotaryTable<Scalar>* ParallelDecoderLayer<Scalar, Style>::checked_rope(
 template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> ParallelDecoderLayer<Scalar, Style>::forward(
     ConstTensorView<Scalar, 3> x, Cache& cache, const RotaryTable<Scalar>* rope) const {
-  const auto* table = checked_rope(rope);
-  // The attention block agrees on x's shape before anything else communicates.
-  cache.normed1 = norm1_.forward(x, cache.norm1);
+  // The layer's own agreement covers its local work before the attention block's: the table
+  // (given, long enough), x (shape and values) and norm₁. Each block then agrees on its input.
+  const std::string op = op_name("forward");
+  const auto* table = comm_->agree(
+      op,
+      {.shapes = detail::shape_values(x),
+       .replicated = {{"x", detail::checksum_of(x)},
+                      {detail::rope_what, detail::rope_checksum(effective_rope(rope))}}},
+      [&] {
+        const auto* checked = checked_rope(op, rope);
+        check_block_tokens(op, "x", x, "D", d_model());
+        if (checked) detail::check_rope_fits(op, *checked, x.dim(1), attention_.head_dim());
+        cache.normed1 = norm1_.forward(x, cache.norm1);
+        return checked;
+      });
   cache.residual = attention_.forward(cache.normed1, cache.attention, table);
   dissect::detail::add_into<Scalar>(cache.residual, x);
   cache.normed2 = norm2_.forward(cache.residual, cache.norm2);
@@ -213,7 +282,31 @@ Tensor<Scalar, 3> ParallelDecoderLayer<Scalar, Style>::backward(ConstTensorView<
                                                                 Cache& cache,
                                                                 ConstTensorView<Scalar, 3> dy,
                                                                 const RotaryTable<Scalar>* rope) {
-  const auto* table = checked_rope(rope);
+  // What the layer itself reads — x, dy, its caches, the table — is checked and agreed before
+  // any gradient changes; each block's backward agrees on its own inputs and caches.
+  const std::string op = op_name("backward");
+  const auto* table = comm_->agree(
+      op,
+      {.shapes = detail::shape_values(x, dy, cache.normed1, cache.residual, cache.normed2),
+       .replicated = {{"x", detail::checksum_of(x)},
+                      {"dy", detail::checksum_of(dy)},
+                      {detail::rope_what, detail::rope_checksum(effective_rope(rope))}}},
+      [&] {
+        const auto* checked = checked_rope(op, rope);
+        check_block_tokens(op, "x", x, "D", d_model());
+        const auto x_text = format_shape(x.shape());
+        check_block_shape(op, "dy", dy, "[B, T, D]", x.shape(), "x", x_text);
+        for (const auto& [name, tensor] : {std::pair{"cache.normed1", &cache.normed1},
+                                           std::pair{"cache.residual", &cache.residual},
+                                           std::pair{"cache.normed2", &cache.normed2}}) {
+          check_block_shape(op, name, *tensor, "[B, T, D]", x.shape(), "x", x_text,
+                            block_cache_hint);
+        }
+        detail::check_norm_cache<NormType>(op, "cache.norm1", cache.norm1, x.shape());
+        detail::check_norm_cache<NormType>(op, "cache.norm2", cache.norm2, x.shape());
+        if (checked) detail::check_rope_fits(op, *checked, x.dim(1), attention_.head_dim());
+        return checked;
+      });
   // d x₂ = dy + norm₂ᵀ(FFNᵀ(dy)); FFNᵀ all-reduces, so norm₂'s gradient is the same everywhere.
   auto d_residual =
       norm2_.backward(cache.residual, cache.norm2, ffn_.backward(cache.normed2, cache.ffn, dy));
@@ -226,43 +319,30 @@ Tensor<Scalar, 3> ParallelDecoderLayer<Scalar, Style>::backward(ConstTensorView<
 
 namespace detail {
 
-/// Runs `read` (local work, no collectives) on every rank, then agrees: if it threw on any rank,
-/// every rank throws the first failing rank's exception (its kind and text).
-template <class Read>
-void read_agreed(const Communicator& comm, Read&& read) {
-  int kind = -1;  // −1: no failure; 0 Error, 1 ShapeError, 2 ConfigError, 3 FormatError
-  std::string text;
-  try {
-    read();
-  } catch (const ShapeError& e) {
-    kind = 1, text = e.what();
-  } catch (const ConfigError& e) {
-    kind = 2, text = e.what();
-  } catch (const FormatError& e) {
-    kind = 3, text = e.what();
-  } catch (const std::exception& e) {
-    kind = 0, text = e.what();
+/// The i of a layer prefix "<layers>.<i>." ("h.3.", "transformer.h.3."), for the score scale of a
+/// config whose scaling depends on the layer. @throws ConfigError naming the prefix otherwise.
+inline index_t layer_index_of(std::string_view op, std::string_view prefix,
+                              std::string_view layers) {
+  const std::string head = std::string(layers) + ".";
+  const std::size_t start = prefix.rfind(head);
+  std::string_view digits =
+      start == std::string_view::npos ? std::string_view{} : prefix.substr(start + head.size());
+  const bool at_name_start =
+      start == 0 || (start != std::string_view::npos && prefix[start - 1] == '.');
+  if (at_name_start && digits.size() >= 2 && digits.back() == '.') {
+    digits.remove_suffix(1);
+    index_t index = 0;
+    bool ok = digits.size() <= 9;
+    for (char c : digits) {
+      ok = ok && c >= '0' && c <= '9';
+      index = index * 10 + (c - '0');
+    }
+    if (ok) return index;
   }
-  int first = kind >= 0 ? comm.rank() : comm.size();
-  detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm.native()),
-                    "MPI_Allreduce");
-  if (first == comm.size()) return;
-  std::int64_t header[2] = {kind, static_cast<std::int64_t>(text.size())};
-  detail::check_mpi(MPI_Bcast(header, 2, MPI_INT64_T, first, comm.native()), "MPI_Bcast");
-  text.resize(static_cast<std::size_t>(header[1]));
-  detail::check_mpi(
-      MPI_Bcast(text.data(), static_cast<int>(header[1]), MPI_CHAR, first, comm.native()),
-      "MPI_Bcast");
-  switch (header[0]) {
-    case 1:
-      throw ShapeError(text);
-    case 2:
-      throw ConfigError(text);
-    case 3:
-      throw FormatError(text);
-    default:
-      throw Error(text);
-  }
+  throw ConfigError(dissect::detail::concat(
+      op, ": prefix \"", prefix, "\" names no layer (as \"", head,
+      "3.\"), which the config's "
+      "score_scaling.inverse_layer_index needs: each layer scales its scores by its own index"));
 }
 
 /// Reads slices of the tensors of one checkpoint, checking each one's full shape.
@@ -359,12 +439,19 @@ Layer load_parallel_layer(const SafetensorsFile& file, std::string_view prefix,
   const double eps = config.norm_eps.value_or(NormType::default_eps);
   std::optional<NormType> norm1, norm2;
   std::optional<Linear<Scalar>> qkv, proj, gate, up, down;
+  double score_scale = 0;
   std::optional<Tensor<Scalar, 1>> proj_bias, down_bias;
   detail::SliceReader reader(file, prefix);
   const std::string attn = std::string(style.attention) + ".", mlp = std::string(style.mlp) + ".";
 
-  detail::read_agreed(comm, [&] {
+  // Every check and every read is local: one agreement settles them all before any collective.
+  comm.agree(op, [&] {
     check_style(style.layer_name, style, config);
+    // The index matters only to a scale that depends on it (and "h.7." of a 2-layer config must
+    // stay the missing-tensor Error it is otherwise).
+    score_scale = config.score_scale(config.score_scaling.inverse_layer_index
+                                         ? detail::layer_index_of(op, prefix, style.layers)
+                                         : 0);
     detail::even_share(op, "n_heads", H, comm.size());
     detail::even_share(op, "n_kv_heads", H_kv, comm.size());
     detail::even_share(op, "d_ff", F, comm.size());
@@ -408,7 +495,8 @@ Layer load_parallel_layer(const SafetensorsFile& file, std::string_view prefix,
   const std::array<index_t, 3> qkv_parts{H * d_k, H_kv * d_k, H_kv * d_k};
   ParallelAttention<Scalar> attention(
       ColumnParallelLinear<Scalar>(std::move(*qkv), (H + 2 * H_kv) * d_k, comm, qkv_parts),
-      RowParallelLinear<Scalar>(std::move(*proj), std::move(proj_bias), D, comm), H, H_kv, comm);
+      RowParallelLinear<Scalar>(std::move(*proj), std::move(proj_bias), D, comm), H, H_kv, comm,
+      score_scale);
   RowParallelLinear<Scalar> down_part(std::move(*down), std::move(down_bias), F, comm);
   if constexpr (gated) {
     FfnType ffn(ColumnParallelLinear<Scalar>(std::move(*gate), F, comm),

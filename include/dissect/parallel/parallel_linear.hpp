@@ -11,8 +11,12 @@
 //   last axis; the partial products are all-reduced and the (replicated) bias added once after.
 //   Backward dx_p = dy·W_p needs no communication (Megatron's g).
 // Splits must be even: a feature count that P does not divide is a ConfigError on every rank.
-// Every public call that takes tensors first agree()s on their shapes, so ranks that disagree
-// all throw the same ShapeError instead of hanging in a collective.
+// Every public call runs its checks (and any local work before its first collective) inside
+// Communicator::agree, which also compares the shapes and a checksum of every input that must be
+// the same on every rank (the full layer a constructor splits, x of ColumnParallelLinear, dy of
+// RowParallelLinear): an error on one rank, or ranks that disagree, make every rank throw the
+// same error instead of leaving the others waiting in a collective. That costs one all-reduce of
+// 88 bytes per call and one pass over the replicated inputs' bytes for their checksums.
 #pragma once
 
 #include <cstdint>
@@ -39,9 +43,11 @@ class ColumnParallelLinear : public ParameterMethods<ColumnParallelLinear<Scalar
  public:
   using scalar_type = Scalar;
 
-  /// Rank p's rows of `full`. A collective: every rank of `comm` constructs at once, and `comm`
-  /// must outlive the layer. @throws ShapeError if the ranks' full layers differ in shape;
-  /// ConfigError (every rank) if P does not divide out_features or `full` has a LoRA adapter.
+  /// Rank p's rows of `full`, which must be the same on every rank (checked by a checksum of its
+  /// weight and bias). A collective: every rank of `comm` constructs at once, and `comm` must
+  /// outlive the layer. @throws ShapeError (every rank) if the ranks' full layers differ in shape
+  /// or in any value; ConfigError (every rank) if P does not divide out_features or `full` has a
+  /// LoRA adapter.
   ColumnParallelLinear(const Linear<Scalar>& full, const Communicator& comm);
 
   /// For a fused output made of consecutive parts (QKV's q, k and v): the widths `parts` sum to
@@ -80,15 +86,18 @@ class ColumnParallelLinear : public ParameterMethods<ColumnParallelLinear<Scalar
     local_.for_each_parameter(visit);
   }
 
-  /// x: [..., in] (the same on every rank) → y_p: [..., out/P]. No data moves between ranks.
-  /// @throws ShapeError (every rank) if the ranks' x shapes differ or x does not fit.
+  /// x: [..., in] (the same on every rank) → y_p: [..., out/P]. No data moves between ranks
+  /// besides the agreement (x's shape and checksum).
+  /// @throws ShapeError (every rank) if x differs across ranks (in shape or in any value) or does
+  ///         not fit on some rank (naming it).
   template <TensorLike X>
   Tensor<Scalar, rank_of<X>> forward(const X& x) const;
 
-  /// x: [..., in], dy_p: [..., out/P] → dx = Σ_p dy_p·W_p: [..., in], the same on every rank
-  /// (one all-reduce of x.size() values); adds dy_pᵀ·x to this rank's dW_p and Σ dy_p to db_p.
-  /// @throws ShapeError (every rank, gradients untouched) if shapes differ across ranks or do not
-  ///         fit; CommunicationError.
+  /// x: [..., in] (the same on every rank), dy_p: [..., out/P] → dx = Σ_p dy_p·W_p: [..., in],
+  /// the same on every rank (one all-reduce of x.size() values); adds dy_pᵀ·x to this rank's
+  /// dW_p and Σ dy_p to db_p.
+  /// @throws ShapeError (every rank, gradients untouched) if shapes differ across ranks, x's
+  ///         values do, or they do not fit on some rank; CommunicationError.
   template <TensorLike X, TensorLike DY>
   Tensor<Scalar, rank_of<X>> backward(const X& x, const DY& dy);
 
@@ -112,17 +121,19 @@ class RowParallelLinear : public ParameterMethods<RowParallelLinear<Scalar>> {
  public:
   using scalar_type = Scalar;
 
-  /// Rank p's columns of `full`; the bias is replicated. A collective, as ColumnParallelLinear's.
-  /// @throws ShapeError if the ranks' full layers differ in shape; ConfigError (every rank) if P
-  ///         does not divide in_features or `full` has a LoRA adapter.
+  /// Rank p's columns of `full` (the same on every rank, checked); the bias is replicated. A
+  /// collective, as ColumnParallelLinear's.
+  /// @throws ShapeError (every rank) if the ranks' full layers differ in shape or in any value;
+  ///         ConfigError (every rank) if P does not divide in_features or `full` has a LoRA
+  ///         adapter.
   RowParallelLinear(const Linear<Scalar>& full, const Communicator& comm);
 
   /// From this rank's slice already cut: `local` (no bias) holds rank p's columns of a full
-  /// layer with `in_features` columns, `bias` the whole [out] bias (replicated) or none. A
-  /// collective, as above.
-  /// @throws ShapeError (every rank) if the ranks disagree about the full shape, `local` does not
-  ///         have this rank's share of columns or the bias is not [out]; ConfigError if P does not
-  ///         divide in_features or `local` has a bias or an adapter.
+  /// layer with `in_features` columns, `bias` the whole [out] bias (replicated: checked by
+  /// checksum) or none. A collective, as above.
+  /// @throws ShapeError (every rank) if the ranks disagree about the full shape or the bias's
+  ///         values, `local` does not have this rank's share of columns or the bias is not [out];
+  ///         ConfigError if P does not divide in_features or `local` has a bias or an adapter.
   RowParallelLinear(Linear<Scalar> local, std::optional<Tensor<Scalar, 1>> bias,
                     index_t in_features, const Communicator& comm);
 
@@ -149,15 +160,16 @@ class RowParallelLinear : public ParameterMethods<RowParallelLinear<Scalar>> {
     if (has_bias_) visit(ParameterName("bias"), bias_.cview(), bias_grad_.cview());
   }
 
-  /// x_p: [..., in/P] → y: [..., out], one all-reduce of y.size() values.
-  /// @throws ShapeError (every rank) if shapes differ across ranks or do not fit;
+  /// x_p: [..., in/P] → y: [..., out], one all-reduce of y.size() values (after the agreement).
+  /// @throws ShapeError (every rank) if shapes differ across ranks or do not fit on some rank;
   ///         CommunicationError.
   template <TensorLike X>
   Tensor<Scalar, rank_of<X>> forward(const X& x) const;
 
   /// x_p: [..., in/P], dy: [..., out] (the same on every rank) → dx_p = dy·W_p: [..., in/P], no
-  /// data moved; adds dyᵀ·x_p to dW_p and Σ dy to db. @throws ShapeError (every rank, gradients
-  /// untouched) if shapes differ across ranks or do not fit.
+  /// data moved but the agreement; adds dyᵀ·x_p to dW_p and Σ dy to db. @throws ShapeError
+  /// (every rank, gradients untouched) if shapes differ across ranks, dy's values do, or they do
+  /// not fit on some rank.
   template <TensorLike X, TensorLike DY>
   Tensor<Scalar, rank_of<X>> backward(const X& x, const DY& dy);
 
@@ -169,9 +181,11 @@ class RowParallelLinear : public ParameterMethods<RowParallelLinear<Scalar>> {
   template <class BlockScalar>
   friend class ParallelAttention;
 
-  /// forward and backward after the caller agreed on the shapes.
-  template <TensorLike X>
-  Tensor<Scalar, rank_of<X>> forward_agreed(const X& x) const;
+  /// forward's collective half, after the caller agreed: y (this rank's partial product
+  /// local().forward(x_p)) ← Σ over ranks, plus the bias.
+  template <std::size_t Rank>
+  void finish_forward(Tensor<Scalar, Rank>& y) const;
+  /// backward after the caller agreed on the shapes (no communication).
   template <TensorLike X, TensorLike DY>
   Tensor<Scalar, rank_of<X>> backward_agreed(const X& x, const DY& dy);
 
@@ -200,9 +214,63 @@ std::vector<std::int64_t> shape_values(const Xs&... tensors) {
   return values;
 }
 
+/// A merged LoRA adapter is refused by backward (Linear::backward's Error), checked up front.
+template <class Scalar>
+void check_trainable(std::string_view op, const Linear<Scalar>& local) {
+  if (local.adapter_merged()) {
+    throw Error(dissect::detail::concat(
+        op, ": the LoRA adapter is merged into the weight; unmerge it to train"));
+  }
+}
+
+/// A Checksum of the tensors' values, one after another, for CallFacts::replicated.
 template <TensorLike... Xs>
-void agree_shapes(const Communicator& comm, std::string_view op, const Xs&... tensors) {
-  comm.agree(op, shape_values(tensors...), "the shapes of their inputs");
+std::uint64_t checksum_of(const Xs&... tensors) {
+  Checksum sum;
+  const auto add = [&](const auto& tensor) {
+    const auto view = const_view(tensor);
+    sum.add(std::span(view.data(), static_cast<std::size_t>(view.size())));
+  };
+  (add(tensors), ...);
+  return sum.value();
+}
+
+/// A Linear's weight and bias, checksummed: what a full layer must hold alike on every rank.
+template <class Scalar>
+std::uint64_t checksum_of_layer(const Linear<Scalar>& layer) {
+  Checksum sum;
+  const auto weight = layer.weight();
+  sum.add(std::span(weight.data(), static_cast<std::size_t>(weight.size())));
+  if (layer.has_bias()) {
+    const auto bias = layer.bias();
+    sum.add(std::span(bias.data(), static_cast<std::size_t>(bias.size())));
+  }
+  return sum.value();
+}
+
+/// What Linear::backward(x, dy) would refuse, checked without touching a gradient, so that the
+/// refusal is agreed before any rank starts accumulating: x's last dim, dy's shape, a merged
+/// adapter. (Linear still checks after; a buffer aliasing the layer's own gradients is refused
+/// there only, on that rank.)
+template <class Scalar, TensorLike X, TensorLike DY>
+void check_local_backward(std::string_view op, const Linear<Scalar>& local, const X& x,
+                          const DY& dy) {
+  const auto input = const_view(x);
+  const auto upstream = const_view(dy);
+  constexpr std::size_t Rank = rank_of<X>;
+  if (input.shape()[Rank - 1] != local.in_features()) {
+    throw ShapeError(dissect::detail::concat(
+        op, ": input last dim ", input.shape()[Rank - 1], " != in_features ", local.in_features(),
+        " (x: ", format_shape(input.shape()),
+        ", this rank's weight: ", format_shape(local.weight().shape()), ")"));
+  }
+  if (upstream.shape() != local.output_shape(input.shape())) {
+    throw ShapeError(dissect::detail::concat(op, ": dy has shape ", format_shape(upstream.shape()),
+                                             " but forward(x) has shape ",
+                                             format_shape(local.output_shape(input.shape())),
+                                             " (x: ", format_shape(input.shape()), ")"));
+  }
+  check_trainable(op, local);
 }
 
 /// count / P, or a ConfigError naming `what` (the same on every rank, since count and P are).
@@ -215,17 +283,23 @@ inline index_t even_share(std::string_view op, std::string_view what, index_t co
   return count / ranks;
 }
 
-/// The full layer's [out, in, bias] agreed across ranks, and no adapter.
+/// What every rank's full layer must hold alike before it is split: [out, in, bias, adapter],
+/// the widths of the fused output's parts (none: one part), and its weight and bias.
 template <class Scalar>
-void agree_full_layer(std::string_view op, const Linear<Scalar>& full, const Communicator& comm) {
-  const std::int64_t layout[3] = {full.out_features(), full.in_features(), full.has_bias()};
-  comm.agree(op, layout, "the full layer's [out_features, in_features, bias]");
-  // Adapter state may differ per rank only by a user's mistake; agree on it too.
-  const std::int64_t adapter = full.has_adapter();
-  comm.agree(op, std::span<const std::int64_t>(&adapter, 1), "whether the layer has an adapter");
+CallFacts full_layer_facts(const Linear<Scalar>& full, std::span<const index_t> parts) {
+  std::vector<std::int64_t> shapes = {full.out_features(), full.in_features(), full.has_bias(),
+                                      full.has_adapter()};
+  shapes.insert(shapes.end(), parts.begin(), parts.end());
+  return {.shapes = std::move(shapes),
+          .shapes_what = "the full layer's [out_features, in_features, bias, adapter, parts...]",
+          .replicated = {{"the full layer's weight and bias", checksum_of_layer(full)}}};
+}
+
+inline void check_no_adapter(std::string_view op, bool adapter, std::string_view what) {
   if (adapter) {
-    throw ConfigError(dissect::detail::concat(
-        op, ": the layer has a LoRA adapter; merge or detach it before splitting"));
+    throw ConfigError(dissect::detail::concat(op, ": the ", what,
+                                              " has a LoRA adapter; merge or detach it before "
+                                              "splitting"));
   }
 }
 
@@ -238,22 +312,19 @@ ColumnParallelLinear<Scalar>::ColumnParallelLinear(const Linear<Scalar>& full,
 
 namespace detail {
 
-/// The widths of the fused output's parts (one part if `parts` is empty), agreed across ranks,
-/// each divisible by P, summing to out_features; returns them and sets `local_rows` to this
-/// rank's share.
-inline std::vector<index_t> column_parts(std::string_view op, index_t out_features,
-                                         const Communicator& comm, std::span<const index_t> parts,
-                                         index_t& local_rows) {
+/// The widths of the fused output's parts (one part if `parts` is empty; the caller agreed on
+/// them), each divisible by P, summing to out_features; returns them and sets `local_rows` to
+/// this rank's share.
+inline std::vector<index_t> column_parts(std::string_view op, index_t out_features, int ranks,
+                                         std::span<const index_t> parts, index_t& local_rows) {
   std::vector<index_t> widths(parts.begin(), parts.end());
   if (widths.empty()) widths.push_back(out_features);
-  const std::vector<std::int64_t> agreed(widths.begin(), widths.end());
-  comm.agree(op, agreed, "the parts of the fused output");
   index_t total = 0;
   local_rows = 0;
   for (index_t width : widths) {
     total += width;
     local_rows +=
-        even_share(op, widths.size() == 1 ? "out_features" : "a part's width", width, comm.size());
+        even_share(op, widths.size() == 1 ? "out_features" : "a part's width", width, ranks);
   }
   if (total != out_features) {
     throw ConfigError(dissect::detail::concat(op, ": the parts sum to ", total,
@@ -262,90 +333,101 @@ inline std::vector<index_t> column_parts(std::string_view op, index_t out_featur
   return widths;
 }
 
-/// Rank p's share of each part of `full`'s rows, stacked in part order, as a Linear.
+/// Rank p's share of each part of `full`'s rows, stacked in part order, as a Linear. The checks
+/// and the copy are the agreement's local part: one all-reduce, however the split fails.
 template <class Scalar>
 Linear<Scalar> column_slice(const Linear<Scalar>& full, const Communicator& comm,
                             std::span<const index_t> parts) {
   constexpr std::string_view op = "ColumnParallelLinear";
-  agree_full_layer(op, full, comm);
-  index_t local_rows = 0;
-  const auto widths = column_parts(op, full.out_features(), comm, parts, local_rows);
-  Tensor<Scalar, 2> weight({local_rows, full.in_features()});
-  std::optional<Tensor<Scalar, 1>> bias;
-  if (full.has_bias()) bias.emplace(Shape<1>{local_rows});
-  index_t part_start = 0, row = 0;
-  for (index_t width : widths) {
-    const index_t share = width / comm.size();
-    const index_t first = part_start + comm.rank() * share;
-    weight.matrix().middleRows(row, share) = full.weight().matrix().middleRows(first, share);
-    if (bias) bias->vector().segment(row, share) = full.bias().vector().segment(first, share);
-    part_start += width;
-    row += share;
-  }
-  return Linear<Scalar>(std::move(weight), std::move(bias));
+  return comm.agree(op, full_layer_facts(full, parts), [&] {
+    check_no_adapter(op, full.has_adapter(), "layer");
+    index_t local_rows = 0;
+    const auto widths = column_parts(op, full.out_features(), comm.size(), parts, local_rows);
+    Tensor<Scalar, 2> weight({local_rows, full.in_features()});
+    std::optional<Tensor<Scalar, 1>> bias;
+    if (full.has_bias()) bias.emplace(Shape<1>{local_rows});
+    index_t part_start = 0, row = 0;
+    for (index_t width : widths) {
+      const index_t share = width / comm.size();
+      const index_t first = part_start + comm.rank() * share;
+      weight.matrix().middleRows(row, share) = full.weight().matrix().middleRows(first, share);
+      if (bias) bias->vector().segment(row, share) = full.bias().vector().segment(first, share);
+      part_start += width;
+      row += share;
+    }
+    return Linear<Scalar>(std::move(weight), std::move(bias));
+  });
 }
 
-/// A slice cut elsewhere, checked against the full shape agreed across ranks. Every check that
-/// can fail on one rank only is agreed first, so all ranks throw together.
+/// A slice cut elsewhere, checked against the full shape agreed across ranks. Every check runs
+/// inside the agreement, so a slice wrong on one rank makes every rank throw, naming it.
 template <class Scalar>
 Linear<Scalar> checked_column_slice(Linear<Scalar> local, index_t out_features,
                                     const Communicator& comm, std::span<const index_t> parts) {
   constexpr std::string_view op = "ColumnParallelLinear";
-  const std::int64_t layout[4] = {out_features, local.in_features(), local.has_bias(),
-                                  local.has_adapter()};
-  comm.agree(op, layout, "the full layer's [out_features, in_features, bias, adapter]");
-  if (local.has_adapter()) {
-    throw ConfigError(dissect::detail::concat(
-        op, ": the slice has a LoRA adapter; merge or detach it before splitting"));
-  }
-  index_t local_rows = 0;
-  column_parts(op, out_features, comm, parts, local_rows);
-  const std::int64_t rows = local.out_features();
-  comm.agree(op, std::span<const std::int64_t>(&rows, 1), "the rows of their slices");
-  if (rows != local_rows) {
-    throw ShapeError(dissect::detail::concat(op, ": the slice has ", rows,
-                                             " rows but a rank's share of ", out_features, " over ",
-                                             comm.size(), " ranks is ", local_rows));
-  }
-  return local;
+  std::vector<std::int64_t> shapes = {out_features, local.in_features(), local.has_bias(),
+                                      local.has_adapter()};
+  shapes.insert(shapes.end(), parts.begin(), parts.end());
+  return comm.agree(
+      op,
+      {.shapes = std::move(shapes),
+       .shapes_what = "the full layer's [out_features, in_features, bias, adapter, parts...]"},
+      [&] {
+        check_no_adapter(op, local.has_adapter(), "slice");
+        index_t local_rows = 0;
+        column_parts(op, out_features, comm.size(), parts, local_rows);
+        if (local.out_features() != local_rows) {
+          throw ShapeError(dissect::detail::concat(
+              op, ": the slice has ", local.out_features(), " rows but a rank's share of ",
+              out_features, " over ", comm.size(), " ranks is ", local_rows));
+        }
+        return std::move(local);
+      });
 }
 
 /// Rank p's columns [p·in/P, (p+1)·in/P) of `full`'s weight, as a bias-free Linear.
 template <class Scalar>
 Linear<Scalar> row_slice(const Linear<Scalar>& full, const Communicator& comm) {
   constexpr std::string_view op = "RowParallelLinear";
-  agree_full_layer(op, full, comm);
-  const index_t share = even_share(op, "in_features", full.in_features(), comm.size());
-  Tensor<Scalar, 2> weight({full.out_features(), share});
-  weight.matrix() = full.weight().matrix().middleCols(comm.rank() * share, share);
-  return Linear<Scalar>(std::move(weight));
+  return comm.agree(op, full_layer_facts(full, {}), [&] {
+    check_no_adapter(op, full.has_adapter(), "layer");
+    const index_t share = even_share(op, "in_features", full.in_features(), comm.size());
+    Tensor<Scalar, 2> weight({full.out_features(), share});
+    weight.matrix() = full.weight().matrix().middleCols(comm.rank() * share, share);
+    return Linear<Scalar>(std::move(weight));
+  });
 }
 
-/// A row-parallel slice cut elsewhere, checked as checked_column_slice; `bias_size` is −1 for
-/// none.
+/// A row-parallel slice cut elsewhere, checked as checked_column_slice; the bias (replicated)
+/// is compared by checksum.
 template <class Scalar>
-Linear<Scalar> checked_row_slice(Linear<Scalar> local, index_t bias_size, index_t in_features,
-                                 const Communicator& comm) {
+Linear<Scalar> checked_row_slice(Linear<Scalar> local, const std::optional<Tensor<Scalar, 1>>& bias,
+                                 index_t in_features, const Communicator& comm) {
   constexpr std::string_view op = "RowParallelLinear";
-  const std::int64_t layout[5] = {in_features, local.out_features(), local.in_features(), bias_size,
-                                  local.has_bias() || local.has_adapter()};
-  comm.agree(op, layout,
-             "the full layer's [in_features, out_features], the slice's columns and the bias");
-  if (layout[4]) {
-    throw ConfigError(dissect::detail::concat(
-        op, ": the slice must be a plain bias-free Linear (pass the bias separately)"));
-  }
-  const index_t share = even_share(op, "in_features", in_features, comm.size());
-  if (local.in_features() != share) {
-    throw ShapeError(dissect::detail::concat(op, ": the slice has ", local.in_features(),
-                                             " columns but a rank's share of ", in_features,
-                                             " over ", comm.size(), " ranks is ", share));
-  }
-  if (bias_size >= 0 && bias_size != local.out_features()) {
-    throw ShapeError(dissect::detail::concat(op, ": the bias has ", bias_size,
-                                             " values but out_features is ", local.out_features()));
-  }
-  return local;
+  const index_t bias_size = bias ? bias->size() : -1;
+  CallFacts facts{.shapes = {in_features, local.out_features(), local.in_features(), bias_size,
+                             local.has_bias() || local.has_adapter()},
+                  .shapes_what =
+                      "the full layer's [in_features, out_features], the slice's columns and the "
+                      "bias"};
+  if (bias) facts.replicated.push_back({"the bias", checksum_of(*bias)});
+  return comm.agree(op, facts, [&] {
+    if (local.has_bias() || local.has_adapter()) {
+      throw ConfigError(dissect::detail::concat(
+          op, ": the slice must be a plain bias-free Linear (pass the bias separately)"));
+    }
+    const index_t share = even_share(op, "in_features", in_features, comm.size());
+    if (local.in_features() != share) {
+      throw ShapeError(dissect::detail::concat(op, ": the slice has ", local.in_features(),
+                                               " columns but a rank's share of ", in_features,
+                                               " over ", comm.size(), " ranks is ", share));
+    }
+    if (bias_size >= 0 && bias_size != local.out_features()) {
+      throw ShapeError(dissect::detail::concat(
+          op, ": the bias has ", bias_size, " values but out_features is ", local.out_features()));
+    }
+    return std::move(local);
+  });
 }
 
 }  // namespace detail
@@ -369,14 +451,21 @@ ColumnParallelLinear<Scalar>::ColumnParallelLinear(Linear<Scalar> local, index_t
 template <class Scalar>
 template <TensorLike X>
 Tensor<Scalar, rank_of<X>> ColumnParallelLinear<Scalar>::forward(const X& x) const {
-  detail::agree_shapes(*comm_, "ColumnParallelLinear::forward", x);
-  return local_.forward(x);
+  // The product is this rank's local part: a rank that cannot compute it makes all throw.
+  return comm_->agree(
+      "ColumnParallelLinear::forward",
+      {.shapes = detail::shape_values(x), .replicated = {{"x", detail::checksum_of(x)}}},
+      [&] { return local_.forward(x); });
 }
 
 template <class Scalar>
 template <TensorLike X, TensorLike DY>
 Tensor<Scalar, rank_of<X>> ColumnParallelLinear<Scalar>::backward(const X& x, const DY& dy) {
-  detail::agree_shapes(*comm_, "ColumnParallelLinear::backward", x, dy);
+  constexpr std::string_view op = "ColumnParallelLinear::backward";
+  // Checks only: a rank must not add to its gradients while another is about to refuse.
+  comm_->agree(
+      op, {.shapes = detail::shape_values(x, dy), .replicated = {{"x", detail::checksum_of(x)}}},
+      [&] { detail::check_local_backward(op, local_, x, dy); });
   auto dx = local_.backward(x, dy);
   comm_->all_reduce_sum(std::span<Scalar>(dx.data(), static_cast<std::size_t>(dx.size())));
   return dx;
@@ -398,32 +487,35 @@ RowParallelLinear<Scalar>::RowParallelLinear(Linear<Scalar> local,
     : comm_(&comm),
       in_features_(in_features),
       has_bias_(bias.has_value()),
-      local_(
-          detail::checked_row_slice(std::move(local), bias ? bias->size() : -1, in_features, comm)),
+      local_(detail::checked_row_slice(std::move(local), bias, in_features, comm)),
       bias_(bias ? std::move(*bias) : Tensor<Scalar, 1>({0})),
       bias_grad_(bias_.shape()) {}
 
 template <class Scalar>
 template <TensorLike X>
 Tensor<Scalar, rank_of<X>> RowParallelLinear<Scalar>::forward(const X& x) const {
-  detail::agree_shapes(*comm_, "RowParallelLinear::forward", x);
-  return forward_agreed(x);
+  // x_p is this rank's slice: only its shape is agreed. The partial product is the local part.
+  auto y = comm_->agree("RowParallelLinear::forward", {.shapes = detail::shape_values(x)},
+                        [&] { return local_.forward(x); });
+  finish_forward(y);
+  return y;
 }
 
 template <class Scalar>
-template <TensorLike X>
-Tensor<Scalar, rank_of<X>> RowParallelLinear<Scalar>::forward_agreed(const X& x) const {
-  auto y = local_.forward(x);  // this rank's partial sum over its in/P columns
+template <std::size_t Rank>
+void RowParallelLinear<Scalar>::finish_forward(Tensor<Scalar, Rank>& y) const {
   comm_->all_reduce_sum(std::span<Scalar>(y.data(), static_cast<std::size_t>(y.size())));
   // Once, after the reduce: added on every rank before it, b would count P times.
   if (has_bias_) y.matrix().rowwise() += bias_.vector().transpose();
-  return y;
 }
 
 template <class Scalar>
 template <TensorLike X, TensorLike DY>
 Tensor<Scalar, rank_of<X>> RowParallelLinear<Scalar>::backward(const X& x, const DY& dy) {
-  detail::agree_shapes(*comm_, "RowParallelLinear::backward", x, dy);
+  constexpr std::string_view op = "RowParallelLinear::backward";
+  comm_->agree(
+      op, {.shapes = detail::shape_values(x, dy), .replicated = {{"dy", detail::checksum_of(dy)}}},
+      [&] { detail::check_local_backward(op, local_, x, dy); });
   return backward_agreed(x, dy);
 }
 
