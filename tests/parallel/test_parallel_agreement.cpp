@@ -325,6 +325,31 @@ TEST_F(Agreement, LlamaLayerWithoutATableOrWithOneTooShortOnOneRank) {
   expect_in_step();
 }
 
+TEST_F(Agreement, ADecoderLayersAttentionCacheWrongOnOneRankIsRefusedBeforeAnyGradient) {
+  // The attention block's backward runs after the FFN's has added to its gradients: its cache
+  // is checked in the layer's own agreement, so the refusal leaves every gradient at zero.
+  const auto& comm = world();
+  using Layer = parallel::ParallelLlamaDecoderLayer<float>;
+  const auto config = small_llama();
+  const DecoderLayer<float, llama_style> full(config, 12);
+  Layer split(full, comm);
+  std::mt19937_64 engine(6);
+  const auto x = random_tensor<float, 3>({1, 4, config.d_model}, engine);
+  const auto dy = random_tensor<float, 3>({1, 4, config.d_model}, engine);
+  const RotaryTable<float> table(config.head_size(), config.context, config.rope_theta);
+  typename Layer::Cache cache;
+  split.forward(x, cache, &table);
+  if (odd_one()) cache.attention.qkv.q = Tensor<float, 4>({1, 1, 3, config.head_size()});
+  EXPECT_THROW_WITH(split.backward(x, cache, dy, &table), ShapeError,
+                    "ParallelLlamaDecoderLayer::backward: rank 1: ParallelAttention::backward: "
+                    "cache.qkv.q");
+  double grads = 0;
+  split.for_each_parameter(
+      [&](const ParameterName&, auto, auto grad) { grads = std::max(grads, max_abs_of(grad)); });
+  EXPECT_EQ(grads, 0.0);
+  expect_in_step();
+}
+
 TEST_F(Agreement, DifferentFullDecoderLayersOrNormsOnEachRankAreRefused) {
   const auto& comm = world();
   const auto config = small_gpt2();

@@ -100,6 +100,13 @@ class ParallelAttention : public ComposedModule<ParallelAttention<Scalar>> {
                              ConstTensorView<Scalar, 3> dy,
                              const RotaryTable<Scalar>* rope = nullptr);
 
+  /// The checks backward makes of x, cache, dy and rope on this rank, alone and local (no
+  /// collective): what a layer built around this block runs inside its own agreement, so that a
+  /// refusal comes before any gradient of the layer changes. @throws as backward would, on this
+  /// rank only.
+  void check_backward(ConstTensorView<Scalar, 3> x, const Cache& cache,
+                      ConstTensorView<Scalar, 3> dy, const RotaryTable<Scalar>* rope) const;
+
  private:
   friend class ComposedModule<ParallelAttention>;
   template <class Self, class Visitor>
@@ -120,11 +127,9 @@ class ParallelAttention : public ComposedModule<ParallelAttention<Scalar>> {
                                 index_t n_kv_heads, const Communicator& comm,
                                 std::optional<double> score_scale);
   /// forward up to its all-reduce: this rank's partial product of proj (the agreement's local
-  /// part); and backward's checks, run before any gradient is touched.
+  /// part).
   Tensor<Scalar, 3> local_forward(ConstTensorView<Scalar, 3> x, Cache& cache,
                                   const RotaryTable<Scalar>* rope) const;
-  void check_backward(ConstTensorView<Scalar, 3> x, const Cache& cache,
-                      ConstTensorView<Scalar, 3> dy, const RotaryTable<Scalar>* rope) const;
 
   const Communicator* comm_;
   index_t n_heads_, n_kv_heads_, head_dim_;

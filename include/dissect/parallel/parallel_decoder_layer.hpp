@@ -282,8 +282,9 @@ Tensor<Scalar, 3> ParallelDecoderLayer<Scalar, Style>::backward(ConstTensorView<
                                                                 Cache& cache,
                                                                 ConstTensorView<Scalar, 3> dy,
                                                                 const RotaryTable<Scalar>* rope) {
-  // What the layer itself reads — x, dy, its caches, the table — is checked and agreed before
-  // any gradient changes; each block's backward agrees on its own inputs and caches.
+  // What the layer reads — x, dy, its caches, the table, and the attention block's cache, whose
+  // backward runs after the FFN's has added to its gradients — is checked and agreed before any
+  // gradient changes. The FFN's backward, the first to touch one, agrees on its own cache.
   const std::string op = op_name("backward");
   const auto* table = comm_->agree(
       op,
@@ -305,6 +306,8 @@ Tensor<Scalar, 3> ParallelDecoderLayer<Scalar, Style>::backward(ConstTensorView<
         detail::check_norm_cache<NormType>(op, "cache.norm1", cache.norm1, x.shape());
         detail::check_norm_cache<NormType>(op, "cache.norm2", cache.norm2, x.shape());
         if (checked) detail::check_rope_fits(op, *checked, x.dim(1), attention_.head_dim());
+        // Attention's backward gets d x₂, which has dy's shape: its checks see the same shapes.
+        attention_.check_backward(cache.normed1, cache.attention, dy, checked);
         return checked;
       });
   // d x₂ = dy + norm₂ᵀ(FFNᵀ(dy)); FFNᵀ all-reduces, so norm₂'s gradient is the same everywhere.
