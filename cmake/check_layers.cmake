@@ -18,7 +18,7 @@ get_filename_component(INCLUDE_DIR "${INCLUDE_DIR}" ABSOLUTE)
 
 # Lowest first. "umbrella" holds the headers that only gather others (dissect.hpp) and the
 # forwarding headers kept for one release after a move; they may include anything.
-set(layer_names base accounting tensor kernels layers blocks models transforms io parallel umbrella)
+set(layer_names base accounting tensor kernels layers blocks models transforms io text parallel umbrella)
 set(layer_umbrella "dissect\\.hpp" "blocks\\.hpp" "lora\\.hpp" "quant/quantize\\.hpp"
                    "io/half\\.hpp")
 set(layer_base "error\\.hpp" "shape\\.hpp" "numeric/.*" "detail/enum_check\\.hpp"
@@ -35,6 +35,7 @@ set(layer_blocks "blocks/.*")
 set(layer_models "models/.*")
 set(layer_transforms "transforms/.*")
 set(layer_io "io/.*")
+set(layer_text "text/.*")
 set(layer_parallel "parallel/.*")
 
 # The layer index of `path` (relative to include/dissect), or -1.

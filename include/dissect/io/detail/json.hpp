@@ -181,6 +181,19 @@ class StrictJsonBuilder {
   std::string member_error_key_;
 };
 
+/// Runs the SAX `handler` over `text`. @throws FormatError "<where> is not valid JSON: ...".
+template <class Handler>
+void run_json_sax(std::string_view text, std::string_view where, Handler& handler) {
+  try {
+    nlohmann::json::sax_parse(text.begin(), text.end(), &handler);
+  } catch (const nlohmann::json::exception& error) {
+    // The parser quotes what it last read, which may be any bytes: keep the message ASCII.
+    std::string message = error.what();
+    for (char& c : message) c = static_cast<unsigned char>(c) < 0x80 ? c : '?';
+    throw FormatError(concat(where, " is not valid JSON: ", message));
+  }
+}
+
 /// Runs `builder` over `text`. @throws FormatError as parse_json_strictly.
 inline void build_json_strictly(std::string_view text, std::string_view where,
                                 StrictJsonBuilder& builder) {

@@ -1,0 +1,220 @@
+// dissect/text/normalizer.hpp — tokenizer.json's "normalizer": what happens to the text before
+// it is split (Unicode normalization forms, Prepend, Replace, Strip, and a Sequence of these).
+//
+// Unicode normalization is utf8proc's (Unicode 15.0 in Debian 12), not a table of ours. Offsets
+// through NFC/NFKC are exact to the run between two ASCII characters: ASCII never composes with
+// what precedes it, so each such run normalizes on its own, and its bytes take the run's span.
+#pragma once
+
+#include <utf8proc.h>
+
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dissect/error.hpp"
+#include "dissect/text/normalized_text.hpp"
+#include "dissect/text/regex.hpp"
+
+#define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
+#include "dissect/text/detail/json_cursor.hpp"
+
+namespace dissect::text {
+
+/// A Unicode normalization form.
+enum class UnicodeForm { nfc, nfd, nfkc, nfkd };
+
+/// `text` (valid UTF-8) in normalization form `form`.
+/// @throws Error if utf8proc refuses it (it cannot: the text is validated before).
+inline std::string normalize_unicode(std::string_view text, UnicodeForm form) {
+  bool ascii = true;
+  for (const char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+  if (ascii) return std::string(text);  // ASCII is stable under every form
+  int options = UTF8PROC_STABLE;
+  switch (form) {
+    case UnicodeForm::nfc:
+      options |= UTF8PROC_COMPOSE;
+      break;
+    case UnicodeForm::nfd:
+      options |= UTF8PROC_DECOMPOSE;
+      break;
+    case UnicodeForm::nfkc:
+      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case UnicodeForm::nfkd:
+      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
+  }
+  utf8proc_uint8_t* result = nullptr;
+  const utf8proc_ssize_t length = utf8proc_map(
+      reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+      static_cast<utf8proc_ssize_t>(text.size()), &result, static_cast<utf8proc_option_t>(options));
+  if (length < 0) {
+    throw Error(concat("normalize_unicode: utf8proc: ", utf8proc_errmsg(length)));
+  }
+  const std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(result, std::free);
+  return std::string(reinterpret_cast<const char*>(result), static_cast<std::size_t>(length));
+}
+
+/// One normalizer of tokenizer.json, or a Sequence of them.
+class Normalizer {
+ public:
+  enum class Kind { unicode, prepend, replace, strip, sequence };
+
+  /// Reads tokenizer.json's "normalizer" object at `at`.
+  /// @throws FormatError for a malformed one, ConfigError for a type dissect does not implement.
+  static Normalizer from_json(const detail::JsonCursor& at) {
+    at.expect_object();
+    const std::string type = at["type"].string();
+    Normalizer out;
+    if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+      out.kind_ = Kind::unicode;
+      out.form_ = type == "NFC"    ? UnicodeForm::nfc
+                  : type == "NFD"  ? UnicodeForm::nfd
+                  : type == "NFKC" ? UnicodeForm::nfkc
+                                   : UnicodeForm::nfkd;
+    } else if (type == "Prepend") {
+      out.kind_ = Kind::prepend;
+      out.content_ = at["prepend"].string();
+    } else if (type == "Replace") {
+      out.kind_ = Kind::replace;
+      read_pattern(at, out);
+      out.content_ = at["content"].string();
+    } else if (type == "Strip") {
+      out.kind_ = Kind::strip;
+      out.strip_left_ = at.boolean_or("strip_left", false);
+      out.strip_right_ = at.boolean_or("strip_right", false);
+    } else if (type == "Sequence") {
+      out.kind_ = Kind::sequence;
+      const auto list = at["normalizers"];
+      for (std::size_t i = 0; i < list.size(); ++i) out.children_.push_back(from_json(list.at(i)));
+    } else {
+      at["type"].unsupported(concat('"', type, "\" is not supported"));
+    }
+    return out;
+  }
+
+  Kind kind() const { return kind_; }
+
+  /// `in` normalized.
+  NormalizedText apply(NormalizedText in) const {
+    switch (kind_) {
+      case Kind::unicode:
+        return apply_unicode(std::move(in));
+      case Kind::prepend: {
+        if (in.text.empty()) return in;  // Hugging Face prepends only to non-empty text
+        NormalizedBuilder out(in.tracked);
+        out.reserve(in.text.size() + content_.size());
+        out.add(content_, in.span_of(0, 0));
+        out.copy(in, 0, in.text.size());
+        return out.take();
+      }
+      case Kind::replace:
+        return apply_replace(std::move(in));
+      case Kind::strip:
+        return apply_strip(std::move(in));
+      case Kind::sequence:
+        for (const auto& child : children_) in = child.apply(std::move(in));
+        return in;
+    }
+    return in;
+  }
+
+ private:
+  static void read_pattern(const detail::JsonCursor& at, Normalizer& out) {
+    const auto pattern = at["pattern"];
+    pattern.expect_object();
+    if (const auto literal = pattern.find("String")) {
+      out.literal_ = literal->string();
+      if (out.literal_->empty()) literal->fail("must not be empty");
+    } else if (const auto regex = pattern.find("Regex")) {
+      out.regex_ =
+          std::make_shared<Regex>(regex->string(), concat(at.source(), ": ", regex->path()));
+    } else {
+      pattern.fail("must hold \"String\" or \"Regex\"");
+    }
+  }
+
+  NormalizedText apply_unicode(NormalizedText in) const {
+    if (!in.tracked) {
+      in.text = normalize_unicode(in.text, form_);
+      return in;
+    }
+    // Run by run: a run starts at an ASCII byte (or the start) and holds what follows up to
+    // the next ASCII byte. ASCII runs are stable; each other run normalizes on its own.
+    NormalizedBuilder out(true);
+    out.reserve(in.text.size());
+    std::size_t begin = 0;
+    while (begin < in.text.size()) {
+      std::size_t end = begin + 1;
+      while (end < in.text.size() && static_cast<unsigned char>(in.text[end]) >= 0x80) ++end;
+      if (end == begin + 1 && static_cast<unsigned char>(in.text[begin]) < 0x80) {
+        out.copy(in, begin, end);
+      } else {
+        const std::string run(in.text, begin, end - begin);
+        const std::string normalized = normalize_unicode(run, form_);
+        if (normalized == run) {
+          out.copy(in, begin, end);
+        } else {
+          out.add(normalized, in.span_of(begin, end));
+        }
+      }
+      begin = end;
+    }
+    return out.take();
+  }
+
+  NormalizedText apply_replace(NormalizedText in) const {
+    NormalizedBuilder out(in.tracked);
+    out.reserve(in.text.size());
+    std::size_t copied = 0;
+    const auto replace = [&](std::size_t begin, std::size_t end) {
+      out.copy(in, copied, begin);
+      out.add(content_, in.span_of(begin, end));
+      copied = end;
+    };
+    if (literal_) {
+      std::size_t at = in.text.find(*literal_);
+      while (at != std::string::npos) {
+        replace(at, at + literal_->size());
+        at = in.text.find(*literal_, at + literal_->size());
+      }
+    } else {
+      regex_->for_each_match(in.text, "Normalizer Replace",
+                             [&](std::size_t begin, std::size_t end) {
+                               if (end > begin || !content_.empty()) replace(begin, end);
+                             });
+    }
+    out.copy(in, copied, in.text.size());
+    return out.take();
+  }
+
+  NormalizedText apply_strip(NormalizedText in) const {
+    // JavaScript's trim(): its whitespace is \s as regex.hpp spells it.
+    static const Regex leading("^\\s+", "Strip"), trailing("\\s+\\z", "Strip");
+    std::size_t begin = 0, end = in.text.size();
+    if (strip_left_)
+      leading.for_each_match(in.text, "Strip", [&](std::size_t, std::size_t e) { begin = e; });
+    if (strip_right_ && begin < end) {
+      trailing.for_each_match(in.text, "Strip", [&](std::size_t b, std::size_t e) {
+        if (e == in.text.size()) end = std::max(b, begin);
+      });
+    }
+    NormalizedBuilder out(in.tracked);
+    out.copy(in, begin, end);
+    return out.take();
+  }
+
+  Kind kind_ = Kind::sequence;
+  UnicodeForm form_ = UnicodeForm::nfc;
+  std::string content_;
+  std::optional<std::string> literal_;
+  std::shared_ptr<Regex> regex_;
+  bool strip_left_ = false, strip_right_ = false;
+  std::vector<Normalizer> children_;
+};
+
+}  // namespace dissect::text

@@ -1,0 +1,212 @@
+// dissect/text/regex.hpp — the split patterns of tokenizer.json, compiled by PCRE2 (UTF mode,
+// JIT) and matched with the semantics of the reference implementation, transformers.js.
+//
+// tokenizer.json's patterns are written for Oniguruma (Hugging Face's Rust library) and read by
+// JavaScript's RegExp with the "u" flag in transformers.js, whose output our fixtures are. The
+// two differ in corners, and we follow JavaScript's: \d and \w are ASCII, \s is JavaScript's
+// whitespace set (which has U+FEFF, and not U+0085 or U+180E as PCRE2's Unicode \s has), and a
+// case-insensitive group of ASCII letters such as (?i:'s|'t) matches only ASCII case pairs (not
+// the long s U+017F or the Kelvin sign U+212A that Unicode case folding would add). \p{...}
+// classes use PCRE2's Unicode tables (Debian 12's PCRE2 10.42: Unicode 14.0).
+#pragma once
+
+#ifndef PCRE2_CODE_UNIT_WIDTH
+#define PCRE2_CODE_UNIT_WIDTH 8
+#endif
+#include <pcre2.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "dissect/error.hpp"
+#include "dissect/text/utf8.hpp"
+
+namespace dissect::text {
+
+namespace detail {
+
+// JavaScript's \s: WhiteSpace and LineTerminator of ECMA-262 (tab, VT, FF, space, NBSP, the Zs
+// characters, ZWNBSP U+FEFF, LF, CR, U+2028, U+2029), as members of a character class.
+inline constexpr std::string_view js_space_members =
+    "\\t\\n\\x{0B}\\f\\r \\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}"
+    "\\x{3000}\\x{FEFF}";
+
+// The content of a (?i:...) group when it is only ASCII letters, apostrophes and alternation,
+// rewritten with explicit case pairs ('s → '[sS]); empty when the group is anything else.
+inline std::string ascii_caseless_group(std::string_view content) {
+  std::string out;
+  for (const char c : content) {
+    const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    if (letter) {
+      const char lower = static_cast<char>(c | 0x20);
+      out += concat('[', lower, static_cast<char>(lower - 32), ']');
+    } else if (c == '\'' || c == '|') {
+      out += c;
+    } else {
+      return {};
+    }
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// A tokenizer.json pattern as PCRE2 reads it with JavaScript's meaning (see the top).
+/// @throws ConfigError naming `where` for a \S inside a character class (no PCRE2 spelling).
+inline std::string to_pcre2_pattern(std::string_view pattern, std::string_view where) {
+  std::string out;
+  out.reserve(pattern.size() + 64);
+  bool in_class = false;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char next = pattern[++i];
+      if (next == 's') {
+        out += in_class ? std::string(detail::js_space_members)
+                        : concat('[', detail::js_space_members, ']');
+      } else if (next == 'S') {
+        if (in_class) {
+          throw ConfigError(concat(where, ": \\S inside a character class is not supported"));
+        }
+        out += concat("[^", detail::js_space_members, ']');
+      } else {
+        out += c;
+        out += next;
+      }
+      continue;
+    }
+    if (in_class) {
+      if (c == ']') in_class = false;
+      out += c;
+      continue;
+    }
+    if (c == '[') {
+      in_class = true;
+      out += c;
+      // A ']' right after '[' or '[^' is a literal member, not the end.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+      continue;
+    }
+    if (pattern.substr(i, 4) == "(?i:") {
+      const std::size_t close = pattern.find(')', i + 4);
+      if (close != std::string_view::npos) {
+        const std::string rewritten =
+            detail::ascii_caseless_group(pattern.substr(i + 4, close - i - 4));
+        if (!rewritten.empty()) {
+          out += concat("(?:", rewritten, ')');
+          i = close;
+          continue;
+        }
+      }
+    }
+    out += c;
+  }
+  return out;
+}
+
+/// A compiled pattern. Copies share the compiled code, which PCRE2 allows several threads to
+/// match with at once (each call has its own match data).
+class Regex {
+ public:
+  /// Compiles `pattern` (tokenizer.json's spelling, rewritten by to_pcre2_pattern).
+  /// @throws ConfigError "<where>: <PCRE2's message> at offset N" for a pattern PCRE2 refuses.
+  Regex(std::string_view pattern, std::string_view where) : source_(pattern) {
+    const std::string translated = to_pcre2_pattern(pattern, where);
+    int error = 0;
+    PCRE2_SIZE offset = 0;
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()),
+                                     translated.size(), PCRE2_UTF, &error, &offset, nullptr);
+    if (code == nullptr) {
+      throw ConfigError(concat(where, ": the pattern \"", pattern,
+                               "\" does not compile: ", message(error), " at offset ", offset));
+    }
+    code_.reset(code, pcre2_code_free);
+    // The JIT makes matching several times faster; without it (an unsupported CPU) the
+    // interpreter gives the same matches.
+    jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+  }
+
+  /// The pattern as tokenizer.json wrote it.
+  const std::string& source() const { return source_; }
+
+  /// Calls `on_match(begin, end)` for each match in `text` (valid UTF-8), left to right and
+  /// not overlapping, as JavaScript's matchAll does: after an empty match the search moves on
+  /// by one code point.
+  /// @throws Error naming `op` if PCRE2 gives up (a resource limit on a hostile input).
+  template <class OnMatch>
+  void for_each_match(std::string_view text, std::string_view op, OnMatch&& on_match) const {
+    const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
+        pcre2_match_data_create_from_pattern(code_.get(), nullptr), pcre2_match_data_free);
+    if (!data) throw std::bad_alloc();
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    std::size_t at = 0;
+    while (at <= text.size()) {
+      const int rc =
+          jit_ ? pcre2_jit_match(code_.get(), subject, text.size(), at, 0, data.get(), nullptr)
+               : pcre2_match(code_.get(), subject, text.size(), at, PCRE2_NO_UTF_CHECK, data.get(),
+                             nullptr);
+      if (rc == PCRE2_ERROR_NOMATCH) return;
+      if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {  // deep backtracking: the interpreter uses the heap
+        match_from_interpreter(text, at, op, on_match);
+        return;
+      }
+      if (rc < 0) {
+        throw Error(concat(op, ": matching the pattern \"", source_, "\" failed: ", message(rc)));
+      }
+      const PCRE2_SIZE* span = pcre2_get_ovector_pointer(data.get());
+      const std::size_t begin = span[0], end = span[1];
+      on_match(begin, end);
+      if (end > begin) {
+        at = end;
+      } else {
+        if (end >= text.size()) return;
+        const std::size_t step = valid_sequence_length(text, end);
+        at = end + (step == 0 ? 1 : step);
+      }
+    }
+  }
+
+ private:
+  template <class OnMatch>
+  void match_from_interpreter(std::string_view text, std::size_t at, std::string_view op,
+                              OnMatch& on_match) const {
+    const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
+        pcre2_match_data_create_from_pattern(code_.get(), nullptr), pcre2_match_data_free);
+    if (!data) throw std::bad_alloc();
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    while (at <= text.size()) {
+      const int rc = pcre2_match(code_.get(), subject, text.size(), at, PCRE2_NO_UTF_CHECK,
+                                 data.get(), nullptr);
+      if (rc == PCRE2_ERROR_NOMATCH) return;
+      if (rc < 0) {
+        throw Error(concat(op, ": matching the pattern \"", source_, "\" failed: ", message(rc)));
+      }
+      const PCRE2_SIZE* span = pcre2_get_ovector_pointer(data.get());
+      on_match(span[0], span[1]);
+      if (span[1] > span[0]) {
+        at = span[1];
+      } else {
+        if (span[1] >= text.size()) return;
+        const std::size_t step = valid_sequence_length(text, span[1]);
+        at = span[1] + (step == 0 ? 1 : step);
+      }
+    }
+  }
+
+  static std::string message(int error) {
+    PCRE2_UCHAR buffer[256];
+    const int length = pcre2_get_error_message(error, buffer, sizeof buffer);
+    return length < 0 ? concat("PCRE2 error ", error)
+                      : std::string(reinterpret_cast<const char*>(buffer),
+                                    static_cast<std::size_t>(length));
+  }
+
+  std::string source_;
+  std::shared_ptr<pcre2_code> code_;
+  bool jit_ = false;
+};
+
+}  // namespace dissect::text
