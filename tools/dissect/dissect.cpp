@@ -3,6 +3,12 @@
 //   dissect inspect CHECKPOINT [--gpu-memory 24GB] [--context T] [--json]
 //   dissect generate CHECKPOINT (--prompt TEXT | --tokens 464,2068,…) [--max-new-tokens N]
 //                    [--temperature T] [--top-k K] [--seed S]
+//   dissect tokenize (--tokenizer FILE | DIR) (--text T | --file F | --decode 1,2,3) [--no-special]
+//                    [--json]
+//
+// A checkpoint directory's tokenizer.json (or GPT-2's vocab.json + merges.txt) turns --prompt
+// into ids (BOS as the tokenizer says) and the new ids back into streamed text
+// (text_commands.hpp); a file dissect's train_gpt wrote carries its byte vocabulary instead.
 //
 // CHECKPOINT is a .safetensors file, a sharded checkpoint's index .json, or a directory holding
 // either (with a Hugging Face config.json beside them, or a file dissect's save_model wrote,
@@ -46,6 +52,7 @@
 #include "tools/common/byte_vocab.hpp"
 #include "tools/common/parse.hpp"
 #include "tools/common/table.hpp"
+#include "tools/dissect/text_commands.hpp"
 
 namespace {
 
@@ -254,6 +261,8 @@ int inspect(const InspectOptions& o) {
   const dissect::DetectedCheckpoint source = dissect::detect_checkpoint(o.checkpoint);
   const auto rows = tensor_rows(source.checkpoint);
   const Totals totals = totals_of(rows);
+  const std::optional<dissect::text::Tokenizer> tokenizer =
+      dissect::tools::checkpoint_tokenizer(o.checkpoint);
   // The layers present, by index: only these are counted, grouped and printed.
   std::map<index_t, std::vector<const TensorRow*>> layers;
   for (const TensorRow& row : rows) {
@@ -295,6 +304,7 @@ int inspect(const InspectOptions& o) {
       out["family"] = dissect::family_name(source.model->family);
       out["config"] = dissect::config_to_json(source.model->config);
     }
+    out["tokenizer"] = tokenizer ? dissect::tools::tokenizer_json(*tokenizer) : nullptr;
     auto& tensors = out["tensors"] = nlohmann::ordered_json::array();
     for (const TensorRow& row : rows) {
       nlohmann::ordered_json t{{"name", row.name},    {"dtype", row.dtype},
@@ -343,6 +353,7 @@ int inspect(const InspectOptions& o) {
   } else {
     report << "model       none recorded: the tensors alone (no config count, no budget)\n";
   }
+  if (tokenizer) report << "tokenizer   " << dissect::tools::tokenizer_summary(*tokenizer) << "\n";
   report << "\n";
   if (rows.empty()) {
     report << "no tensors: the file holds "
@@ -415,20 +426,29 @@ std::vector<index_t> encode(const dissect::tools::ByteVocab& vocab, const std::s
 /// The prompt's ids, checked against the model before it is loaded: every id inside the
 /// vocabulary, 1 to context of them. @throws ConfigError naming --prompt or --tokens.
 std::vector<index_t> prompt_ids(const GenerateOptions& o, const dissect::TransformerConfig& config,
-                                const std::optional<dissect::tools::ByteVocab>& vocab) {
+                                const std::optional<dissect::tools::ByteVocab>& vocab,
+                                const std::optional<dissect::text::Tokenizer>& tokenizer) {
   std::vector<index_t> ids;
   std::string_view flag = "--tokens";
   if (o.prompt) {
     flag = "--prompt";
-    if (!vocab) {
+    if (vocab) {
+      ids = encode(*vocab, *o.prompt);
+    } else if (tokenizer) {
+      try {
+        for (const std::int32_t id : tokenizer->encode(*o.prompt)) ids.push_back(id);
+      } catch (const dissect::Error& error) {
+        throw dissect::ConfigError(dissect::concat("--prompt: ", error.what()));
+      }
+    } else {
       throw dissect::ConfigError(
-          "--prompt: this checkpoint carries no vocabulary (no tokenizer files can be fetched "
-          "here); give token ids with --tokens");
+          "--prompt: this checkpoint carries no vocabulary and its directory holds no "
+          "tokenizer.json "
+          "(or vocab.json + merges.txt); give token ids with --tokens");
     }
-    ids = encode(*vocab, *o.prompt);
     for (std::size_t i = 0; i < ids.size(); ++i) {
       if (ids[i] >= config.vocab) {
-        throw dissect::ConfigError(dissect::concat("--prompt: byte ", i, " has id ", ids[i],
+        throw dissect::ConfigError(dissect::concat("--prompt: token ", i, " has id ", ids[i],
                                                    ", outside the model's vocabulary [0, ",
                                                    config.vocab, ")"));
       }
@@ -448,10 +468,21 @@ std::vector<index_t> prompt_ids(const GenerateOptions& o, const dissect::Transfo
 template <class Model>
 int run_generation(const Model& model, const std::vector<index_t>& prompt,
                    const std::optional<dissect::tools::ByteVocab>& vocab,
+                   const std::optional<dissect::text::Tokenizer>& tokenizer,
                    const GenerateOptions& o) {
+  // With a tokenizer, new ids print as text as soon as they complete a character; the prompt
+  // goes through the stream first, so that decoders that look at context (LLaMA's first-space
+  // Strip) treat the continuation as the middle of the text it is.
+  std::optional<dissect::text::DecodeStream> stream;
+  if (!vocab && tokenizer) {
+    stream.emplace(*tokenizer);
+    std::string prompt_text;
+    for (const index_t id : prompt) prompt_text += stream->push(static_cast<std::int32_t>(id));
+    if (!o.prompt) std::cout << prompt_text;
+  }
   if (o.prompt) {
     std::cout << *o.prompt;
-  } else {
+  } else if (!stream) {
     for (std::size_t i = 0; i < prompt.size(); ++i) std::cout << (i ? "," : "") << prompt[i];
   }
   std::cout.flush();
@@ -460,13 +491,16 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
       .sampling = {.temperature = o.temperature, .top_k = o.top_k},
       .seed = o.seed};
   const auto stats = dissect::generate(model, prompt, options, [&](index_t id) {
-    if (vocab && id < static_cast<index_t>(vocab->bytes.size())) {
+    if (stream && id < static_cast<index_t>(tokenizer->vocab_size())) {
+      std::cout << stream->push(static_cast<std::int32_t>(id));
+    } else if (vocab && id < static_cast<index_t>(vocab->bytes.size())) {
       std::cout << static_cast<char>(vocab->bytes[static_cast<std::size_t>(id)]);
     } else {
       std::cout << ',' << id;
     }
     std::cout.flush();
   });
+  if (stream) std::cout << stream->finish();
   std::cout << "\n\nprefill  " << stats.prompt_tokens << " prompt tokens (and the first new one), "
             << stats.prefill_tokens_per_second() << " tokens/s\n"
             << "decode   " << std::max<index_t>(stats.new_tokens - 1, 0) << " tokens, "
@@ -481,9 +515,11 @@ int generate(const GenerateOptions& o) {
   const dissect::HfConfig& recorded = source.require_model("generate");
   const auto vocab = dissect::tools::ByteVocab::from_metadata(source.checkpoint.metadata(),
                                                               source.checkpoint.path().string());
-  const std::vector<index_t> prompt = prompt_ids(o, recorded.config, vocab);
+  const std::optional<dissect::text::Tokenizer> tokenizer =
+      vocab ? std::nullopt : dissect::tools::checkpoint_tokenizer(o.checkpoint);
+  const std::vector<index_t> prompt = prompt_ids(o, recorded.config, vocab, tokenizer);
   return dissect::visit_model(
-      source, [&](const auto& model) { return run_generation(model, prompt, vocab, o); },
+      source, [&](const auto& model) { return run_generation(model, prompt, vocab, tokenizer, o); },
       "generate");
 }
 
@@ -574,7 +610,8 @@ int run(int argc, char** argv) {
                    ".safetensors file, index .json, or a directory")
       ->required();
   auto* prompt = generate_command->add_option(
-      "--prompt", generate_options.prompt, "text (for a checkpoint with a character vocabulary)");
+      "--prompt", generate_options.prompt,
+      "text (the checkpoint's tokenizer.json or vocab.json + merges.txt encodes it)");
   auto* tokens = generate_command->add_option("--tokens", generate_options.tokens,
                                               "token ids, plain decimal integers >= 0: 464,2068,…");
   prompt->excludes(tokens);
@@ -587,6 +624,25 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   generate_command->add_option("--seed", seed, "an integer in [0, 2^64 - 1]")
       ->capture_default_str();
+
+  dissect::tools::TokenizeOptions tokenize_options;
+  auto* tokenize_command = app.add_subcommand(
+      "tokenize", "text to token ids and pieces (or ids to text) with a Hugging Face tokenizer");
+  tokenize_command
+      ->add_option("--tokenizer", tokenize_options.tokenizer,
+                   "a tokenizer.json, or a directory holding one (or vocab.json + merges.txt)")
+      ->required();
+  auto* text_option =
+      tokenize_command->add_option("--text", tokenize_options.text, "the text to encode");
+  std::optional<std::string> text_file;
+  auto* file_option = tokenize_command->add_option("--file", text_file, "a UTF-8 file to encode");
+  auto* decode_option = tokenize_command->add_option("--decode", tokenize_options.decode,
+                                                     "token ids to decode: 1,2,3");
+  text_option->excludes(file_option)->excludes(decode_option);
+  file_option->excludes(decode_option);
+  tokenize_command->add_flag("--no-special", tokenize_options.no_special,
+                             "encode without BOS/EOS; decode skipping special tokens");
+  tokenize_command->add_flag("--json", tokenize_options.json, "machine-readable output");
 
   QuantizeOptions quantize_options;
   auto* quantize_command = app.add_subcommand(
@@ -604,9 +660,9 @@ int run(int argc, char** argv) {
   // CLI11 would call an unknown word a missing subcommand; name it instead.
   const std::string_view command = argc > 1 ? argv[1] : "";
   if (argc > 1 && argv[1][0] != '-' && command != "inspect" && command != "generate" &&
-      command != "quantize") {
+      command != "quantize" && command != "tokenize") {
     std::cerr << "dissect: unknown command \"" << argv[1]
-              << "\" (commands: inspect, generate, quantize; see dissect --help)\n";
+              << "\" (commands: inspect, generate, tokenize, quantize; see dissect --help)\n";
     return exit_bad_input;
   }
   try {
@@ -621,6 +677,14 @@ int run(int argc, char** argv) {
     inspect_options.memory = tools::parse_bytes(memory, "--gpu-memory");
     if (context) inspect_options.context = tools::parse_count(*context, "--context");
     return inspect(inspect_options);
+  }
+  if (tokenize_command->parsed()) {
+    if (!tokenize_options.text && !text_file && !tokenize_options.decode) {
+      throw dissect::ConfigError("tokenize: give --text TEXT, --file FILE or --decode IDS");
+    }
+    if (tokenize_options.decode) (void)tools::parse_token_ids(*tokenize_options.decode, "--decode");
+    if (text_file) tokenize_options.file = *text_file;
+    return dissect::tools::tokenize(tokenize_options);
   }
   if (quantize_command->parsed()) {
     try {

@@ -1,0 +1,150 @@
+// tools/dissect/text_commands.hpp — the `dissect` command's use of tokenizers: `dissect tokenize`,
+// the tokenizer a checkpoint directory comes with (for `generate --prompt` and `inspect`), and
+// how it is reported. The tokenizer itself is the library's (dissect/text/); this reads flags
+// and prints.
+//
+//   dissect tokenize (--tokenizer FILE | DIR) (--text T | --file F | --decode 1,2,3)
+//                    [--no-special] [--json]
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dissect/error.hpp"
+#include "dissect/text/decode_stream.hpp"
+#include "dissect/text/tokenizer_files.hpp"
+#include "tools/common/parse.hpp"
+
+namespace dissect::tools {
+
+namespace fs = std::filesystem;
+
+/// The tokenizer files beside a checkpoint (its directory, or the directory of the file given),
+/// or nothing when there are none.
+inline std::optional<text::Tokenizer> checkpoint_tokenizer(const fs::path& checkpoint) {
+  std::error_code error;
+  const fs::path dir = fs::is_directory(checkpoint, error) ? checkpoint : checkpoint.parent_path();
+  if (!text::has_tokenizer(dir.empty() ? fs::path(".") : dir)) return std::nullopt;
+  return text::load_tokenizer(dir.empty() ? fs::path(".") : dir);
+}
+
+/// A token as it is printed: its string as the vocabulary writes it, JSON-quoted so that
+/// spaces, newlines and byte-level characters stay visible.
+inline std::string quoted_token(const text::Tokenizer& tokenizer, std::int32_t id) {
+  const auto token = tokenizer.id_to_token(id);
+  return token
+             ? nlohmann::json(*token).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+             : "?";
+}
+
+/// The special tokens of a tokenizer, by content, at most `limit` of them.
+inline std::string special_token_list(const text::Tokenizer& tokenizer, std::size_t limit) {
+  std::ostringstream out;
+  std::size_t shown = 0, total = 0;
+  for (const auto& token : tokenizer.added_tokens()) {
+    if (!token.special) continue;
+    if (shown < limit) out << (shown ? ", " : "") << token.content << " = " << token.id, ++shown;
+    ++total;
+  }
+  if (total > shown) out << ", … (" << total << " in all)";
+  return total == 0 ? std::string("none") : out.str();
+}
+
+/// One line for `dissect inspect`.
+inline std::string tokenizer_summary(const text::Tokenizer& tokenizer) {
+  std::ostringstream out;
+  out << tokenizer.kind() << ", V = " << tokenizer.vocab_size() << " ("
+      << tokenizer.model().merge_count() << " merges, " << tokenizer.added_tokens().size()
+      << " added tokens), from " << tokenizer.source();
+  const auto name = [&](std::optional<std::int32_t> id) {
+    return id ? concat(*tokenizer.id_to_token(*id), " = ", *id) : std::string("none");
+  };
+  out << "\n            BOS " << name(tokenizer.bos_id()) << ", EOS " << name(tokenizer.eos_id())
+      << "; special: " << special_token_list(tokenizer, 6);
+  return out.str();
+}
+
+inline nlohmann::ordered_json tokenizer_json(const text::Tokenizer& tokenizer) {
+  nlohmann::ordered_json out{
+      {"source", tokenizer.source()},
+      {"kind", tokenizer.kind()},
+      {"vocab_size", tokenizer.vocab_size()},
+      {"merges", tokenizer.model().merge_count()},
+      {"bos_id", tokenizer.bos_id() ? nlohmann::ordered_json(*tokenizer.bos_id()) : nullptr},
+      {"eos_id", tokenizer.eos_id() ? nlohmann::ordered_json(*tokenizer.eos_id()) : nullptr}};
+  auto& specials = out["special_tokens"] = nlohmann::ordered_json::array();
+  for (const auto& token : tokenizer.added_tokens()) {
+    if (token.special) specials.push_back({{"id", token.id}, {"content", token.content}});
+  }
+  return out;
+}
+
+/// tokenize's flags, each read and checked before any file is opened.
+struct TokenizeOptions {
+  fs::path
+      tokenizer;  ///< a tokenizer.json, or a directory holding one (or vocab.json + merges.txt)
+  std::optional<std::string> text;
+  std::optional<fs::path> file;
+  std::optional<std::string> decode;  ///< ids, as given
+  bool no_special = false;
+  bool json = false;
+};
+
+inline int tokenize(const TokenizeOptions& o) {
+  const text::Tokenizer tokenizer = text::load_tokenizer(o.tokenizer);
+  if (o.decode) {
+    const auto ids64 =
+        parse_token_ids(*o.decode, "--decode", static_cast<index_t>(tokenizer.vocab_size()));
+    const std::vector<std::int32_t> ids(ids64.begin(), ids64.end());
+    const std::string decoded = tokenizer.decode(ids, o.no_special);
+    if (o.json) {
+      std::cout << nlohmann::ordered_json{{"ids", ids}, {"text", decoded}}.dump(
+                       2, ' ', false, nlohmann::json::error_handler_t::replace)
+                << "\n";
+    } else {
+      std::cout << decoded << "\n";
+    }
+    return 0;
+  }
+  const std::string input = o.text ? *o.text : text::read_text_file(*o.file, "--file");
+  text::EncodeOptions options;
+  options.add_special_tokens = !o.no_special;
+  options.offsets = true;
+  text::Encoding encoding;
+  try {
+    encoding = tokenizer.encode_with(input, options);
+  } catch (const Error& error) {
+    throw ConfigError(concat(o.text ? "--text: " : "--file: ", error.what()));
+  }
+  if (o.json) {
+    nlohmann::ordered_json out{{"tokenizer", tokenizer_json(tokenizer)}, {"ids", encoding.ids}};
+    auto& tokens = out["tokens"] = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < encoding.ids.size(); ++i) {
+      tokens.push_back({{"id", encoding.ids[i]},
+                        {"token", *tokenizer.id_to_token(encoding.ids[i])},
+                        {"offsets", {encoding.offsets[i].begin, encoding.offsets[i].end}}});
+    }
+    std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    return 0;
+  }
+  std::ostringstream report;
+  report << encoding.ids.size() << " tokens from " << input.size() << " bytes (" << tokenizer.kind()
+         << ", V = " << tokenizer.vocab_size() << ")\n";
+  report << "ids     ";
+  for (std::size_t i = 0; i < encoding.ids.size(); ++i) report << (i ? "," : "") << encoding.ids[i];
+  report << "\npieces  ";
+  for (std::size_t i = 0; i < encoding.ids.size(); ++i)
+    report << (i ? " " : "") << quoted_token(tokenizer, encoding.ids[i]);
+  report << "\n";
+  std::cout << report.str();
+  return 0;
+}
+
+}  // namespace dissect::tools
