@@ -12,12 +12,14 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <iterator>
 #include <optional>
 #include <queue>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -101,6 +103,8 @@ class BpeModel {
   /// Completes the model once every token and merge is in.
   /// @throws FormatError naming `where` when unk_token is not a token.
   void finish(const Where& where) {
+    static std::atomic<std::uint64_t> next_identity{1};
+    identity_ = next_identity.fetch_add(1);  // travels with the content when the model is copied
     if (options_.unk_token) {
       unk_id_ = file_form_.find(*options_.unk_token);
       if (unk_id_ < 0)
@@ -112,10 +116,11 @@ class BpeModel {
     if (options_.byte_level) {
       piece_form_ = detail::StringTable();
       piece_form_.reserve(tokens_.size(), 0);
+      std::string bytes;  // reused: no allocation per token
       for (std::size_t id = 0; id < tokens_.size(); ++id) {
-        if (!tokens_[id]) continue;
-        if (const auto bytes = from_byte_level(*tokens_[id]))
-          piece_form_.insert(*bytes, static_cast<std::int32_t>(id));
+        if (tokens_[id] && from_byte_level(*tokens_[id], bytes)) {
+          piece_form_.insert(bytes, static_cast<std::int32_t>(id));
+        }
       }
     }
     for (int b = 0; b < 256; ++b) {
@@ -162,13 +167,23 @@ class BpeModel {
         return;
       }
     }
-    std::vector<Symbol> symbols = initial_symbols(piece);
+    // Words repeat: a piece seen before on this thread takes its ids from the cache.
+    thread_local PieceCache cache;
+    const bool cacheable =
+        !spans && strategy == MergeStrategy::automatic && piece.size() <= PieceCache::longest;
+    if (cacheable && cache.find(identity_, piece, ids)) return;
+    const std::size_t first = ids.size();
+    // One vector per thread, reused: a piece costs no allocation once it has grown.
+    thread_local std::vector<Symbol> symbols;
+    initial_symbols(piece, symbols);
     if (symbols.size() > 1) {
       const bool heap = strategy == MergeStrategy::heap ||
                         (strategy == MergeStrategy::automatic && symbols.size() > rescan_limit);
       heap ? merge_with_heap(symbols) : merge_by_rescanning(symbols);
     }
     emit(piece, symbols, ids, spans);
+    if (cacheable)
+      cache.insert(identity_, piece, std::span<const std::int32_t>(ids).subspan(first));
   }
 
  private:
@@ -179,20 +194,74 @@ class BpeModel {
   };
   static constexpr std::size_t rescan_limit = 48;  // beyond this the O(n²) rescan loses to the heap
 
+  // Piece → ids for one thread, for the model whose identity it holds (a thread that switches
+  // models starts over). Bounded: when half full it is emptied, which keeps a hostile stream of
+  // distinct pieces from growing it.
+  struct PieceCache {
+    static constexpr std::size_t longest = 32, capacity = 1 << 15;
+    struct Slot {
+      std::uint64_t hash = 0;
+      std::uint32_t key = 0, ids = 0;
+      std::uint16_t key_length = 0, id_count = 0;
+      bool used = false;
+    };
+    std::uint64_t owner = 0;
+    std::vector<Slot> slots;
+    std::string keys;
+    std::vector<std::int32_t> values;
+    std::size_t size = 0;
+
+    void reset(std::uint64_t model) {
+      owner = model;
+      slots.assign(capacity, Slot{});
+      keys.clear();
+      values.clear();
+      size = 0;
+    }
+    bool find(std::uint64_t model, std::string_view piece, std::vector<std::int32_t>& out) const {
+      if (owner != model || slots.empty()) return false;
+      const std::uint64_t h = detail::hash_bytes(piece);
+      for (std::size_t at = h & (capacity - 1);; at = (at + 1) & (capacity - 1)) {
+        const Slot& slot = slots[at];
+        if (!slot.used) return false;
+        if (slot.hash == h && slot.key_length == piece.size() &&
+            std::string_view(keys).substr(slot.key, slot.key_length) == piece) {
+          out.insert(out.end(), values.begin() + slot.ids,
+                     values.begin() + slot.ids + slot.id_count);
+          return true;
+        }
+      }
+    }
+    void insert(std::uint64_t model, std::string_view piece, std::span<const std::int32_t> ids) {
+      if (owner != model || size * 2 >= capacity) reset(model);
+      const std::uint64_t h = detail::hash_bytes(piece);
+      std::size_t at = h & (capacity - 1);
+      while (slots[at].used) at = (at + 1) & (capacity - 1);
+      slots[at] = Slot{h,
+                       static_cast<std::uint32_t>(keys.size()),
+                       static_cast<std::uint32_t>(values.size()),
+                       static_cast<std::uint16_t>(piece.size()),
+                       static_cast<std::uint16_t>(ids.size()),
+                       true};
+      keys.append(piece);
+      values.insert(values.end(), ids.begin(), ids.end());
+      ++size;
+    }
+  };
+
   // The table pieces are looked up in.
   const detail::StringTable& pieces() const {
     return options_.byte_level ? piece_form_ : file_form_;
   }
 
-  std::vector<Symbol> initial_symbols(std::string_view piece) const {
-    std::vector<Symbol> symbols;
-    symbols.reserve(piece.size());
+  void initial_symbols(std::string_view piece, std::vector<Symbol>& symbols) const {
+    symbols.clear();
     if (options_.byte_level) {
       for (std::size_t i = 0; i < piece.size(); ++i) {
         symbols.push_back({byte_ids_[static_cast<unsigned char>(piece[i])],
                            static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i + 1)});
       }
-      return symbols;
+      return;
     }
     std::size_t at = 0;
     while (at < piece.size()) {
@@ -205,26 +274,33 @@ class BpeModel {
           {id, static_cast<std::uint32_t>(at), static_cast<std::uint32_t>(at + length)});
       at += length;
     }
-    return symbols;
   }
 
+  // ranks[i] is the merge of symbols i and i + 1 (rank -1: none), kept up to date: a merge
+  // changes only its two neighbouring pairs, so each costs two lookups and a scan of the ranks.
   void merge_by_rescanning(std::vector<Symbol>& symbols) const {
-    while (symbols.size() > 1) {
-      std::int32_t best_rank = -1, best_merged = -1;
-      std::size_t best = 0;
-      for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
-        if (symbols[i].id < 0 || symbols[i + 1].id < 0) continue;
-        const auto merge = merges_.find(symbols[i].id, symbols[i + 1].id);
-        if (merge.rank >= 0 && (best_rank < 0 || merge.rank < best_rank)) {
-          best_rank = merge.rank;
-          best_merged = merge.merged;
-          best = i;
-        }
+    std::size_t n = symbols.size();
+    thread_local std::vector<detail::PairTable::Merge> ranks;  // reused, as the symbols are
+    ranks.resize(n);
+    const auto pair_at = [&](std::size_t i) {
+      if (symbols[i].id < 0 || symbols[i + 1].id < 0) return detail::PairTable::Merge{};
+      return merges_.find(symbols[i].id, symbols[i + 1].id);
+    };
+    for (std::size_t i = 0; i + 1 < n; ++i) ranks[i] = pair_at(i);
+    while (n > 1) {
+      std::size_t best = n;
+      for (std::size_t i = 0; i + 1 < n; ++i) {
+        if (ranks[i].rank >= 0 && (best == n || ranks[i].rank < ranks[best].rank)) best = i;
       }
-      if (best_rank < 0) return;
-      symbols[best] = {best_merged, symbols[best].begin, symbols[best + 1].end};
-      symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+      if (best == n) break;
+      symbols[best] = {ranks[best].merged, symbols[best].begin, symbols[best + 1].end};
+      for (std::size_t i = best + 1; i + 1 < n; ++i) symbols[i] = symbols[i + 1];
+      for (std::size_t i = best + 1; i + 2 < n; ++i) ranks[i] = ranks[i + 1];
+      --n;
+      if (best + 1 < n) ranks[best] = pair_at(best);
+      if (best > 0) ranks[best - 1] = pair_at(best - 1);
     }
+    symbols.resize(n);
   }
 
   // The heap holds (rank, left symbol) packed in one word, 8 bytes a candidate: a stale one (its
@@ -334,6 +410,7 @@ class BpeModel {
   std::size_t merge_count_ = 0;
   std::string joined_;  ///< scratch for add_merge
   std::int32_t unk_id_ = -1;
+  std::uint64_t identity_ = 0;      ///< set by finish(): which model a thread's PieceCache holds
   std::int32_t byte_ids_[256];      ///< the token of each single byte (byte-level; ASCII otherwise)
   std::int32_t fallback_ids_[256];  ///< <0xNN> of each byte
 };

@@ -41,7 +41,7 @@ struct BpeTrainerOptions {
   /// Added tokens ("<|endoftext|>"), with the ids after the learned tokens. Their occurrences in
   /// the training text are cut out before counting, as encoding cuts them out before the model
   /// sees the text.
-  std::vector<std::string> special_tokens;
+  std::vector<std::string> special_tokens = {};  // "= {}" spares {.merges = n} a -Wextra warning
 };
 
 /// One learned merge: `left` followed by `right` becomes `id`.
@@ -49,14 +49,15 @@ struct BpeMerge {
   std::int32_t left = 0, right = 0;
   std::int32_t id = 0;
   /// How often the pair occurred when it was chosen, summed over the words weighted by their
-  /// frequency. Never increases along the merge list: a pair's count only falls once it exists.
+  /// frequency. Never increases along the merge list, since a pair's count only falls once it
+  /// exists (barring two merges that spell one token, which no corpus we tried produced).
   std::uint64_t count = 0;
 };
 
 /// A trained vocabulary.
 struct TrainedBpe {
-  std::vector<std::string> tokens;          ///< by id, the bytes each stands for; 0..255 are the bytes
-  std::vector<BpeMerge> merges;             ///< in the order learned, which is their rank
+  std::vector<std::string> tokens;  ///< by id, the bytes each stands for; 0..255 are the bytes
+  std::vector<BpeMerge> merges;     ///< in the order learned, which is their rank
   std::vector<std::string> special_tokens;  ///< special token i has id tokens.size() + i
   std::uint64_t words = 0;                  ///< pre-tokenized words trained on, repeats included
   std::size_t distinct_words = 0;
@@ -109,8 +110,8 @@ class BpeTrainer {
 
   /// Learns the merges from the words counted so far. The counts stay: more text may be added
   /// and train() called again.
-  /// @throws ConfigError when a special token is spelled like a learned token in the byte-level
-  ///         alphabet ("a", "Ġthe"): the tokenizer.json would hold that key twice.
+  /// @throws ConfigError when a special token is spelled like a token of the vocabulary in the
+  ///         byte-level alphabet ("a", "Ġthe"): the tokenizer.json would hold that key twice.
   TrainedBpe train() const;
 
   const BpeTrainerOptions& options() const { return options_; }
@@ -128,8 +129,8 @@ class BpeTrainer {
   std::size_t texts_ = 0;
 
   static PreTokenizer gpt2_pre_tokenizer() {
-    static const nlohmann::json spec =
-        nlohmann::json::parse(R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})");
+    static const nlohmann::json spec = nlohmann::json::parse(
+        R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})");
     return PreTokenizer::from_json(detail::JsonCursor(spec, "", "BpeTrainer"));
   }
   void count_section(std::string_view section) {
@@ -169,7 +170,8 @@ inline BpeTrainer::BpeTrainer(BpeTrainerOptions options)
     throw ConfigError("BpeTrainerOptions::merges is 0: ask for at least one merge");
   }
   if (options_.merges > most_merges) {
-    throw ConfigError(concat("BpeTrainerOptions::merges is ", options_.merges, ", above ", most_merges));
+    throw ConfigError(
+        concat("BpeTrainerOptions::merges is ", options_.merges, ", above ", most_merges));
   }
   const auto& specials = options_.special_tokens;
   for (std::size_t i = 0; i < specials.size(); ++i) {
@@ -180,7 +182,8 @@ inline BpeTrainer::BpeTrainer(BpeTrainerOptions options)
     }
     for (std::size_t j = 0; j < i; ++j) {
       if (specials[j] == specials[i]) {
-        throw ConfigError(concat(where(), " \"", specials[i], "\" is also special_tokens[", j, "]"));
+        throw ConfigError(
+            concat(where(), " \"", specials[i], "\" is also special_tokens[", j, "]"));
       }
     }
     AddedToken token;
@@ -193,9 +196,9 @@ inline BpeTrainer::BpeTrainer(BpeTrainerOptions options)
 inline void BpeTrainer::add_text(std::string_view text) {
   const std::size_t index = texts_++;
   if (const auto bad = first_invalid_utf8(text)) {
-    throw FormatError(concat("BpeTrainer::add_text: text ", index, " is not UTF-8: byte 0x", std::hex,
-                             static_cast<int>(static_cast<unsigned char>(text[*bad])), std::dec,
-                             " at offset ", *bad));
+    throw FormatError(concat("BpeTrainer::add_text: text ", index, " is not UTF-8: byte 0x",
+                             std::hex, static_cast<int>(static_cast<unsigned char>(text[*bad])),
+                             std::dec, " at offset ", *bad));
   }
   std::size_t at = 0;
   for (const AddedTokenMatch& match : specials_.find_all(text)) {
@@ -235,13 +238,15 @@ inline TrainedBpe BpeTrainer::train() const {
     out.tokens.emplace_back(1, static_cast<char>(b));
     token_ids.insert(out.tokens.back(), b);
   }
-  std::sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) { return a->first < b->first; });
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto* a, const auto* b) { return a->first < b->first; });
   std::vector<std::int32_t> symbols;
   symbols.reserve(total_bytes);
   std::vector<Word> words;
   words.reserve(sorted.size());
   for (const auto* entry : sorted) {
-    words.push_back({symbols.size(), static_cast<std::uint32_t>(entry->first.size()), entry->second});
+    words.push_back(
+        {symbols.size(), static_cast<std::uint32_t>(entry->first.size()), entry->second});
     for (const char c : entry->first) symbols.push_back(static_cast<unsigned char>(c));
     out.words += entry->second;
   }
@@ -267,7 +272,8 @@ inline TrainedBpe BpeTrainer::train() const {
     for (std::uint32_t i = 0; i + 1 < words[w].length; ++i) {
       PairStats& stats = pairs[index_of(s[i], s[i + 1])];
       stats.count += words[w].count;
-      if (stats.words.empty() || stats.words.back() != w) stats.words.push_back(static_cast<std::uint32_t>(w));
+      if (stats.words.empty() || stats.words.back() != w)
+        stats.words.push_back(static_cast<std::uint32_t>(w));
     }
   }
 
@@ -285,7 +291,8 @@ inline TrainedBpe BpeTrainer::train() const {
     }
   };
   std::priority_queue<Candidate> heap;
-  for (std::size_t i = 0; i < pairs.size(); ++i) heap.push({pairs[i].count, pairs[i].left, pairs[i].right, i});
+  for (std::size_t i = 0; i < pairs.size(); ++i)
+    heap.push({pairs[i].count, pairs[i].left, pairs[i].right, i});
 
   const std::uint64_t min_count = std::max<std::uint64_t>(options_.min_frequency, 1);
   std::vector<std::size_t> touched;  // pairs holding the new token, to push once the merge is done
@@ -301,7 +308,8 @@ inline TrainedBpe BpeTrainer::train() const {
     if (count < min_count) break;
 
     const std::int32_t left = best.left, right = best.right;
-    std::string joined = out.tokens[static_cast<std::size_t>(left)] + out.tokens[static_cast<std::size_t>(right)];
+    std::string joined =
+        out.tokens[static_cast<std::size_t>(left)] + out.tokens[static_cast<std::size_t>(right)];
     // Two merges can spell one token ("a" + "bc", "ab" + "c"); like Hugging Face, the second
     // reuses the first's id. Its pairs may then exist already: counts can rise, which the heap
     // absorbs with a fresh entry per rising pair.
@@ -358,8 +366,8 @@ inline TrainedBpe BpeTrainer::train() const {
     const auto bytes = from_byte_level(out.special_tokens[i]);
     if (!bytes) continue;
     if (const std::int32_t id = token_ids.find(*bytes); id >= 0) {
-      throw ConfigError(concat("BpeTrainerOptions::special_tokens[", i, "] \"", out.special_tokens[i],
-                               "\" is spelled like the learned token ", id,
+      throw ConfigError(concat("BpeTrainerOptions::special_tokens[", i, "] \"",
+                               out.special_tokens[i], "\" is spelled like token ", id,
                                " in the byte-level alphabet: tokenizer.json cannot hold both"));
     }
   }
@@ -379,31 +387,51 @@ inline std::string TrainedBpe::to_tokenizer_json() const {
 
   std::string out;
   out.reserve(tokens.size() * 24 + merges.size() * 24 + 1024);
-  out += "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [";
+  out += R"({
+  "version": "1.0",
+  "truncation": null,
+  "padding": null,
+  "added_tokens": [)";
   for (std::size_t i = 0; i < special_tokens.size(); ++i) {
-    out += concat(i ? "," : "", "\n    {\"id\": ", tokens.size() + i, ", \"content\": ", quote(special_tokens[i]),
-                  ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
-                  "\"special\": true}");
+    out += concat(i ? "," : "", "\n    {\n      \"id\": ", tokens.size() + i,
+                  ",\n      \"content\": ", quote(special_tokens[i]), ",", R"(
+      "single_word": false,
+      "lstrip": false,
+      "rstrip": false,
+      "normalized": false,
+      "special": true
+    })");
   }
   out += special_tokens.empty() ? "],\n" : "\n  ],\n";
-  out +=
-      "  \"normalizer\": null,\n"
-      "  \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
-      "\"use_regex\": true},\n"
-      "  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": false, "
-      "\"use_regex\": true},\n"
-      "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, "
-      "\"use_regex\": true},\n"
-      "  \"model\": {\n"
-      "    \"type\": \"BPE\",\n"
-      "    \"dropout\": null,\n"
-      "    \"unk_token\": null,\n"
-      "    \"continuing_subword_prefix\": null,\n"
-      "    \"end_of_word_suffix\": null,\n"
-      "    \"fuse_unk\": false,\n"
-      "    \"byte_fallback\": false,\n"
-      "    \"ignore_merges\": false,\n"
-      "    \"vocab\": {";
+  out += R"(  "normalizer": null,
+  "pre_tokenizer": {
+    "type": "ByteLevel",
+    "add_prefix_space": false,
+    "trim_offsets": true,
+    "use_regex": true
+  },
+  "post_processor": {
+    "type": "ByteLevel",
+    "add_prefix_space": true,
+    "trim_offsets": false,
+    "use_regex": true
+  },
+  "decoder": {
+    "type": "ByteLevel",
+    "add_prefix_space": true,
+    "trim_offsets": true,
+    "use_regex": true
+  },
+  "model": {
+    "type": "BPE",
+    "dropout": null,
+    "unk_token": null,
+    "continuing_subword_prefix": null,
+    "end_of_word_suffix": null,
+    "fuse_unk": false,
+    "byte_fallback": false,
+    "ignore_merges": false,
+    "vocab": {)";
   // The special tokens are in the vocabulary too, as Hugging Face's trainer and GPT-2's file
   // have them, so that the model alone knows every id.
   const std::size_t entries = tokens.size() + special_tokens.size();
@@ -412,7 +440,7 @@ inline std::string TrainedBpe::to_tokenizer_json() const {
     out += id < tokens.size() ? spelled[id] : quote(special_tokens[id - tokens.size()]);
     out += concat(": ", id);
   }
-  out += entries ? "\n    },\n" : "},\n";
+  out += "\n    },\n";  // never empty: the 256 bytes are tokens
   out += "    \"merges\": [";
   for (std::size_t i = 0; i < merges.size(); ++i) {
     out += i ? ",\n      [" : "\n      [";

@@ -54,21 +54,33 @@ inline std::string to_byte_level(std::string_view bytes) {
   return out;
 }
 
-/// The bytes a byte-level string stands for, or nothing when `text` is not valid UTF-8 or
-/// holds a code point outside the alphabet (an added token such as "<|endoftext|>" is fine: its
-/// characters are all printable ASCII and stand for themselves).
-inline std::optional<std::string> from_byte_level(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
+/// The bytes a byte-level string stands for, into `out`; false when `text` is not valid UTF-8
+/// or holds a code point outside the alphabet (an added token such as "<|endoftext|>" is fine:
+/// its characters are all printable ASCII and stand for themselves).
+inline bool from_byte_level(std::string_view text, std::string& out) {
+  out.clear();
   std::size_t at = 0;
   while (at < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[at]);
+    if (lead >= 0x21 && lead <= 0x7E) {  // printable ASCII stands for itself: the common case
+      out += static_cast<char>(lead);
+      ++at;
+      continue;
+    }
     const auto c = decode_code_point(text, at);
-    if (!c) return std::nullopt;
+    if (!c) return false;
     const auto byte = byte_level_alphabet.byte_of(c->value);
-    if (!byte) return std::nullopt;
+    if (!byte) return false;
     out += static_cast<char>(*byte);
     at += c->length;
   }
+  return true;
+}
+
+/// from_byte_level into a new string, or nothing.
+inline std::optional<std::string> from_byte_level(std::string_view text) {
+  std::string out;
+  if (!from_byte_level(text, out)) return std::nullopt;
   return out;
 }
 

@@ -2,8 +2,8 @@
 // tokens, normalizer, pre-tokenizer, BPE model, post-processor, decoder) as one object that
 // turns text into token ids and ids back into text.
 //
-//   auto tok = dissect::text::load_tokenizer("llama-dir");      // tokenizer_files.hpp
-//   std::vector<std::int32_t> ids = tok.encode("Once upon a time");   // [1, 9038, 2501, 263, 931]
+//   auto tok = dissect::text::load_tokenizer("gpt2-dir");        // tokenizer_files.hpp
+//   std::vector<std::int32_t> ids = tok.encode("Once upon a time");   // 7454, 2402, 257, 640
 //   std::string text = tok.decode(ids, /*skip_special_tokens=*/true);
 //
 // Encoding equals transformers.js's (the reference our fixtures come from) on every vocabulary

@@ -402,5 +402,9 @@ Cases are named \`corpus[line]\` with the 0-based line and, where the corpus has
 - The BPE caches results (pieces shorter than 256 code units, 10,000 entries); the outputs do
   not depend on the order cases are encoded in.
 `;
-  fs.writeFileSync(path.join(here, "README.md"), text);
+  // The trainer's section (make_trainer_fixture.mjs documents trained/) is kept as it is.
+  const readme = path.join(here, "README.md");
+  const old = fs.existsSync(readme) ? fs.readFileSync(readme, "utf8") : "";
+  const kept = old.indexOf("\n## The trained vocabulary");
+  fs.writeFileSync(readme, kept >= 0 ? text + old.slice(kept) : text);
 }

@@ -40,7 +40,11 @@ inline Tokenizer Tokenizer::from_gpt2_files(std::string_view vocab_json,
   options.byte_level = true;
   out.model_ = BpeModel(options);
   const std::size_t id_bound = 2 * vocab.size() + 1024;
-  for (const auto& [token, id_value] : vocab.items()) {
+  for (const auto& item : vocab.items()) {
+    // Named copies, not structured bindings: a lambda may not capture those before C++20's
+    // P1091 (clang 14 refuses).
+    const std::string& token = item.key();
+    const nlohmann::json& id_value = item.value();
     const auto path = [&] { return concat('"', token, '"'); };
     const bool integral = id_value.is_number_unsigned() || id_value.is_number_integer();
     if (!integral || (id_value.is_number_integer() && id_value.get<std::int64_t>() < 0) ||
