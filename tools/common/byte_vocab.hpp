@@ -24,6 +24,9 @@ namespace dissect::tools {
 
 // ---- declarations -------------------------------------------------------------------------------
 
+/// The metadata key of a tokenizer.json carried in a checkpoint (train_gpt --tokenizer bpe:N).
+inline constexpr const char* tokenizer_json_key = "dissect.tokenizer_json";
+
 /// The metadata key of a byte vocabulary.
 inline constexpr const char* vocab_bytes_key = "dissect.vocab_bytes";
 

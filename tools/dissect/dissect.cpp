@@ -262,7 +262,7 @@ int inspect(const InspectOptions& o) {
   const auto rows = tensor_rows(source.checkpoint);
   const Totals totals = totals_of(rows);
   const std::optional<dissect::text::Tokenizer> tokenizer =
-      dissect::tools::checkpoint_tokenizer(o.checkpoint);
+      dissect::tools::checkpoint_tokenizer(o.checkpoint, source.checkpoint.metadata());
   // The layers present, by index: only these are counted, grouped and printed.
   std::map<index_t, std::vector<const TensorRow*>> layers;
   for (const TensorRow& row : rows) {
@@ -516,7 +516,8 @@ int generate(const GenerateOptions& o) {
   const auto vocab = dissect::tools::ByteVocab::from_metadata(source.checkpoint.metadata(),
                                                               source.checkpoint.path().string());
   const std::optional<dissect::text::Tokenizer> tokenizer =
-      vocab ? std::nullopt : dissect::tools::checkpoint_tokenizer(o.checkpoint);
+      vocab ? std::nullopt
+            : dissect::tools::checkpoint_tokenizer(o.checkpoint, source.checkpoint.metadata());
   const std::vector<index_t> prompt = prompt_ids(o, recorded.config, vocab, tokenizer);
   return dissect::visit_model(
       source, [&](const auto& model) { return run_generation(model, prompt, vocab, tokenizer, o); },

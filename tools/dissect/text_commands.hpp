@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -20,15 +21,22 @@
 #include "dissect/error.hpp"
 #include "dissect/text/decode_stream.hpp"
 #include "dissect/text/tokenizer_files.hpp"
+#include "tools/common/byte_vocab.hpp"
 #include "tools/common/parse.hpp"
 
 namespace dissect::tools {
 
 namespace fs = std::filesystem;
 
-/// The tokenizer files beside a checkpoint (its directory, or the directory of the file given),
-/// or nothing when there are none.
-inline std::optional<text::Tokenizer> checkpoint_tokenizer(const fs::path& checkpoint) {
+/// The tokenizer of a checkpoint: the tokenizer.json its metadata carries (train_gpt --tokenizer
+/// bpe:N), else the tokenizer files beside it (its directory, or the directory of the file
+/// given), or nothing when there are none.
+inline std::optional<text::Tokenizer> checkpoint_tokenizer(
+    const fs::path& checkpoint, const std::map<std::string, std::string>& metadata) {
+  if (const auto carried = metadata.find(tokenizer_json_key); carried != metadata.end()) {
+    return text::Tokenizer::from_json(
+        carried->second, concat(checkpoint.string(), ": metadata \"", tokenizer_json_key, "\""));
+  }
   std::error_code error;
   const fs::path dir = fs::is_directory(checkpoint, error) ? checkpoint : checkpoint.parent_path();
   if (!text::has_tokenizer(dir.empty() ? fs::path(".") : dir)) return std::nullopt;

@@ -20,6 +20,7 @@
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/text/detail/json_cursor.hpp"
+#include "dissect/text/detail/replace_pattern.hpp"
 
 namespace dissect::text {
 
@@ -54,17 +55,7 @@ class Decoder {
       out.stop_ = static_cast<std::size_t>(at["stop"].integer(0, 1 << 20));
     } else if (type == "Replace") {
       out.kind_ = Kind::replace;
-      const auto pattern = at["pattern"];
-      pattern.expect_object();
-      if (const auto literal = pattern.find("String")) {
-        out.literal_ = literal->string();
-        if (out.literal_->empty()) literal->fail("must not be empty");
-      } else if (const auto regex = pattern.find("Regex")) {
-        out.regex_ =
-            std::make_shared<Regex>(regex->string(), concat(at.source(), ": ", regex->path()));
-      } else {
-        pattern.fail("must hold \"String\" or \"Regex\"");
-      }
+      out.pattern_ = detail::ReplacePattern::from_json(at);
       out.content_ = at["content"].string();
     } else if (type == "Metaspace") {
       out.kind_ = Kind::metaspace;
@@ -206,25 +197,16 @@ class Decoder {
   std::string replace(const std::string& text) const {
     std::string out;
     std::size_t copied = 0;
-    if (literal_) {
-      for (std::size_t at = text.find(*literal_); at != std::string::npos;
-           at = text.find(*literal_, at + literal_->size())) {
-        out.append(text, copied, at - copied).append(content_);
-        copied = at + literal_->size();
-      }
-    } else {
-      regex_->for_each_match(text, "Decoder Replace", [&](std::size_t begin, std::size_t end) {
-        out.append(text, copied, begin - copied).append(content_);
-        copied = end;
-      });
-    }
+    pattern_->for_each_match(text, "Decoder Replace", [&](std::size_t begin, std::size_t end) {
+      out.append(text, copied, begin - copied).append(content_);
+      copied = end;
+    });
     return out.append(text, copied, std::string::npos);
   }
 
   Kind kind_ = Kind::sequence;
   std::string content_, replacement_;
-  std::optional<std::string> literal_;
-  std::shared_ptr<Regex> regex_;
+  std::optional<detail::ReplacePattern> pattern_;
   std::size_t start_ = 0, stop_ = 0;
   bool strip_first_space_ = true;
   std::vector<Decoder> children_;

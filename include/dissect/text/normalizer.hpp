@@ -21,6 +21,7 @@
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/text/detail/json_cursor.hpp"
+#include "dissect/text/detail/replace_pattern.hpp"
 
 namespace dissect::text {
 
@@ -81,7 +82,7 @@ class Normalizer {
       out.content_ = at["prepend"].string();
     } else if (type == "Replace") {
       out.kind_ = Kind::replace;
-      read_pattern(at, out);
+      out.pattern_ = detail::ReplacePattern::from_json(at);
       out.content_ = at["content"].string();
     } else if (type == "Strip") {
       out.kind_ = Kind::strip;
@@ -124,20 +125,6 @@ class Normalizer {
   }
 
  private:
-  static void read_pattern(const detail::JsonCursor& at, Normalizer& out) {
-    const auto pattern = at["pattern"];
-    pattern.expect_object();
-    if (const auto literal = pattern.find("String")) {
-      out.literal_ = literal->string();
-      if (out.literal_->empty()) literal->fail("must not be empty");
-    } else if (const auto regex = pattern.find("Regex")) {
-      out.regex_ =
-          std::make_shared<Regex>(regex->string(), concat(at.source(), ": ", regex->path()));
-    } else {
-      pattern.fail("must hold \"String\" or \"Regex\"");
-    }
-  }
-
   NormalizedText apply_unicode(NormalizedText in) const {
     if (!in.tracked) {
       in.text = normalize_unicode(in.text, form_);
@@ -176,18 +163,10 @@ class Normalizer {
       out.add(content_, in.span_of(begin, end));
       copied = end;
     };
-    if (literal_) {
-      std::size_t at = in.text.find(*literal_);
-      while (at != std::string::npos) {
-        replace(at, at + literal_->size());
-        at = in.text.find(*literal_, at + literal_->size());
-      }
-    } else {
-      regex_->for_each_match(in.text, "Normalizer Replace",
+    pattern_->for_each_match(in.text, "Normalizer Replace",
                              [&](std::size_t begin, std::size_t end) {
                                if (end > begin || !content_.empty()) replace(begin, end);
                              });
-    }
     out.copy(in, copied, in.text.size());
     return out.take();
   }
@@ -211,8 +190,7 @@ class Normalizer {
   Kind kind_ = Kind::sequence;
   UnicodeForm form_ = UnicodeForm::nfc;
   std::string content_;
-  std::optional<std::string> literal_;
-  std::shared_ptr<Regex> regex_;
+  std::optional<detail::ReplacePattern> pattern_;
   bool strip_left_ = false, strip_right_ = false;
   std::vector<Normalizer> children_;
 };
