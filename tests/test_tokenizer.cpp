@@ -121,33 +121,6 @@ TEST(Regex, SpacesAndCaseFollowJavaScript) {
 
 // Hugging Face's documentation of SplitDelimiterBehavior: "the-final--countdown" split on "-".
 TEST(Split, TheFiveBehavioursOfHuggingFacesExample) {
-  const auto split = [](const std::string& behavior) {
-    const json pre = {{"type", "Split"},
-                      {"pattern", {{"String", "-"}}},
-                      {"behavior", behavior},
-                      {"invert", false}};
-    return pieces_of(
-        load(byte_level_json(
-            {},
-            json{{"type", "Sequence"},
-                 {"pretokenizers",
-                  {pre,
-                   {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}})),
-        "the-final--countdown");
-  };
-  // Without merges every piece comes out as its bytes: join each piece's ids back to compare.
-  const auto joined_pieces = [&](const std::string& behavior) {
-    const json pre = {{"type", "Split"},
-                      {"pattern", {{"String", "-"}}},
-                      {"behavior", behavior},
-                      {"invert", false}};
-    std::vector<std::string> out;
-    const auto tokenizer = load(byte_level_json({}, pre));
-    (void)tokenizer;
-    return out;
-  };
-  (void)split;
-  (void)joined_pieces;
   // The pieces themselves: a pre-tokenizer on its own.
   const auto pieces = [](const std::string& behavior, bool invert = false) {
     const json pre = {{"type", "Split"},

@@ -18,11 +18,10 @@ namespace dissect::text {
 
 class PostProcessor {
  public:
-  /// Reads tokenizer.json's "post_processor" object at `at`. `id_of` gives a token's id or -1.
+  /// Reads tokenizer.json's "post_processor" object at `at`.
   /// @throws FormatError for a malformed one (a template naming a special token it does not
   ///         define), ConfigError for a type dissect does not implement (Bert, Roberta).
-  template <class IdOf>
-  static PostProcessor from_json(const detail::JsonCursor& at, const IdOf& id_of) {
+  static PostProcessor from_json(const detail::JsonCursor& at) {
     at.expect_object();
     const std::string type = at["type"].string();
     PostProcessor out;
@@ -58,12 +57,10 @@ class PostProcessor {
           item.fail("must hold \"SpecialToken\" or \"Sequence\"");
         }
       }
-      (void)id_of;
     } else if (type == "Sequence") {
       out.kind_ = Kind::sequence;
       const auto list = at["processors"];
-      for (std::size_t i = 0; i < list.size(); ++i)
-        out.children_.push_back(from_json(list.at(i), id_of));
+      for (std::size_t i = 0; i < list.size(); ++i) out.children_.push_back(from_json(list.at(i)));
     } else {
       at["type"].unsupported(concat('"', type, "\" is not supported"));
     }

@@ -225,8 +225,7 @@ inline void Tokenizer::read(const detail::JsonCursor& root, detail::StreamedMode
   }
   read_model(root["model"], streamed, pre_tokenizer_ && pre_tokenizer_->outputs_bytes(),
              added_count);
-  const auto id_of = [&](std::string_view token) { return model_.id_of(token); };
-  if (const auto post = root.find("post_processor")) post_ = PostProcessor::from_json(*post, id_of);
+  if (const auto post = root.find("post_processor")) post_ = PostProcessor::from_json(*post);
   if (const auto decoder = root.find("decoder")) decoder_ = Decoder::from_json(*decoder);
   index_added_tokens();
   const auto leading = leading_special_ids();

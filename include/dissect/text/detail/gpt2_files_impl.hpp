@@ -30,7 +30,7 @@ inline Tokenizer Tokenizer::from_gpt2_files(std::string_view vocab_json,
   out.source_ = std::string(vocab_source);
   const detail::JsonCursor root(pipeline, "", "GPT-2's pipeline");
   out.pre_tokenizer_ = PreTokenizer::from_json(root["pre_tokenizer"]);
-  out.post_ = PostProcessor::from_json(root["post_processor"], [](std::string_view) { return -1; });
+  out.post_ = PostProcessor::from_json(root["post_processor"]);
   out.decoder_ = Decoder::from_json(root["decoder"]);
 
   const nlohmann::json vocab = dissect::io::parse_json_strictly(vocab_json, vocab_source);
