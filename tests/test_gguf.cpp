@@ -1,0 +1,340 @@
+// Tests for dissect/io/gguf.hpp: a file llama.cpp wrote (blocks.gguf) read field by field,
+// rewritten by save_gguf to the same bytes, round trips of every value type (nested arrays
+// included) and alignment, and — the reliability issue's classes — one test per kind of lying or
+// truncated file, each asserting FormatError and that the message names the file and the field.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "dissect/io/gguf.hpp"
+#include "support/io_testing.hpp"
+
+namespace dissect {
+namespace test_gguf {
+
+using testing::contains;
+using testing::read_file;
+using testing::TemporaryDirectory;
+
+const std::filesystem::path blocks_path =
+    std::filesystem::path(DISSECT_GGUF_FIXTURE_DIR) / "blocks.gguf";
+
+TEST(GgufRead, ReadsTheFileLlamaCppWrote) {
+  const GgufFile file(blocks_path);
+  EXPECT_EQ(file.version(), 3u);
+  EXPECT_EQ(file.alignment(), 32u);
+  EXPECT_EQ(file.data_offset() % 32, 0);
+  EXPECT_EQ(file.require_string("general.architecture"), "dissect-fixture");
+  EXPECT_EQ(file.find("test.u8")->storage(), GgufValue::Storage(std::uint8_t{200}));
+  EXPECT_EQ(file.find("test.i8")->storage(), GgufValue::Storage(std::int8_t{-100}));
+  EXPECT_EQ(file.find("test.u16")->storage(), GgufValue::Storage(std::uint16_t{60000}));
+  EXPECT_EQ(file.find("test.i16")->storage(), GgufValue::Storage(std::int16_t{-30000}));
+  EXPECT_EQ(file.find("test.u32")->storage(), GgufValue::Storage(std::uint32_t{4000000000u}));
+  EXPECT_EQ(file.find("test.i32")->storage(), GgufValue::Storage(std::int32_t{-2000000000}));
+  EXPECT_EQ(file.find("test.f32")->storage(), GgufValue::Storage(0.1f));
+  EXPECT_EQ(file.find("test.u64")->storage(),
+            GgufValue::Storage(std::uint64_t{18000000000000000000ull}));
+  EXPECT_EQ(file.find("test.i64")->storage(),
+            GgufValue::Storage(std::int64_t{-9000000000000000000ll}));
+  EXPECT_EQ(file.find("test.f64")->storage(), GgufValue::Storage(-2.5e300));
+  EXPECT_EQ(file.find("test.bool")->as_bool(), true);
+  EXPECT_EQ(file.require_string("test.string"), "na\xc3\xafve \xe2\x86\x92 ok");
+  const GgufValue::Array& ints = file.require_array("test.array_i32");
+  ASSERT_EQ(ints.size(), 3u);
+  EXPECT_EQ(file.find("test.array_i32")->element_type(), GgufType::i32);
+  EXPECT_EQ(ints[1].as_signed(), -2);
+  EXPECT_EQ(file.require_array("test.array_f32")[1].as_number(), -1.25);
+  const GgufValue::Array& strings = file.require_array("test.array_string");
+  ASSERT_EQ(strings.size(), 3u);
+  EXPECT_EQ(*strings[2].as_string(), "\xe4\xb8\xad");
+  EXPECT_EQ(*strings[1].as_string(), "");
+  EXPECT_TRUE(file.require_array("test.array_empty").empty());
+  EXPECT_EQ(file.require_unsigned("test.u32"), 4000000000u);
+
+  const GgufTensorInfo& source = file.info("source");
+  EXPECT_EQ(source.type, GgmlType::f32);
+  EXPECT_EQ(source.dims, (std::vector<index_t>{512, 16}));
+  EXPECT_EQ(source.shape(), (std::vector<index_t>{16, 512}));
+  EXPECT_EQ(source.bytes, 16 * 512 * 4);
+  const GgufTensorInfo& q4k = file.info("q4_K");
+  EXPECT_EQ(q4k.type, GgmlType::q4_K);
+  EXPECT_EQ(q4k.bytes, 16 * 2 * 144);
+  EXPECT_EQ(file.tensors().size(), 23u);
+  const Tensor<float, 2> matrix = file.load<2>("source");
+  EXPECT_EQ(matrix.dim(0), 16);
+  EXPECT_EQ(matrix.dim(1), 512);
+  EXPECT_EQ(std::memcmp(matrix.data(), file.bytes("source").data(), 16 * 512 * 4), 0);
+  EXPECT_THROW(file.load<1>("source"), ShapeError);
+}
+
+TEST(GgufRead, RequiredKeysNameTheFileAndKey) {
+  const GgufFile file(blocks_path);
+  try {
+    file.require_unsigned("test.i8");
+    FAIL() << "no throw";
+  } catch (const FormatError& error) {
+    EXPECT_TRUE(contains(error.what(), "blocks.gguf"));
+    EXPECT_TRUE(contains(error.what(), "test.i8"));
+    EXPECT_TRUE(contains(error.what(), "-100"));
+  }
+  EXPECT_THROW(file.require_string("no.such.key"), FormatError);
+  EXPECT_THROW(file.require_array("test.string"), FormatError);
+  EXPECT_THROW(file.info("no_tensor"), Error);
+}
+
+std::vector<std::pair<std::string, GgufValue>> metadata_of(const GgufFile& file) {
+  return file.metadata();
+}
+
+std::vector<GgufTensorEntry> entries_of(const GgufFile& file) {
+  std::vector<GgufTensorEntry> entries;
+  for (const GgufTensorInfo& info : file.tensors()) {
+    entries.push_back({info.name, info.type, info.dims, file.bytes(info.name)});
+  }
+  return entries;
+}
+
+TEST(GgufWrite, RewritesLlamaCppsFileByteForByte) {
+  const GgufFile file(blocks_path);
+  TemporaryDirectory directory;
+  const auto metadata = metadata_of(file);
+  const auto entries = entries_of(file);
+  save_gguf(directory / "copy.gguf", metadata, entries);
+  EXPECT_EQ(read_file(directory / "copy.gguf"), read_file(blocks_path));
+}
+
+TEST(GgufWrite, RoundTripsEveryValueTypeAndAlignment) {
+  using Array = GgufValue::Array;
+  const std::vector<std::pair<std::string, GgufValue>> metadata{
+      {"general.alignment", std::uint32_t{64}},
+      {"a.u8", std::uint8_t{7}},
+      {"a.f64", 1e-300},
+      {"a.bool", false},
+      {"a.string", "x\ny"},
+      {"a.nested", GgufValue::array(GgufType::array,
+                                    Array{GgufValue::array(GgufType::u16, Array{std::uint16_t{1}}),
+                                          GgufValue::array(GgufType::u16, Array{})})},
+      {"a.strings", GgufValue::array(GgufType::string, Array{"one", "two"})},
+  };
+  const std::vector<float> values{1, 2, 3, 4, 5};
+  std::vector<float> block_values(64);
+  // k/16 for odd k up to ±127, each block holding −127/16: its scale 1/16 is exact in fp16, so
+  // q8_0 stores every value exactly.
+  for (int i = 0; i < 64; ++i) {
+    block_values[static_cast<std::size_t>(i)] = static_cast<float>((i % 32) * 8 - 127) / 16;
+  }
+  const std::vector<std::byte> q8 = quantize_ggml(GgmlType::q8_0, block_values);
+  const std::vector<GgufTensorEntry> tensors{
+      {"vector", GgmlType::f32, {5}, std::as_bytes(std::span(values))},
+      {"blocks", GgmlType::q8_0, {32, 2}, q8},
+      {"empty", GgmlType::f32, {0, 3}, {}},
+  };
+  TemporaryDirectory directory;
+  save_gguf(directory / "a.gguf", metadata, tensors);
+  const GgufFile file(directory / "a.gguf");
+  EXPECT_EQ(file.alignment(), 64u);
+  EXPECT_EQ(file.data_offset() % 64, 0);
+  ASSERT_EQ(file.metadata().size(), metadata.size());
+  for (std::size_t i = 0; i < metadata.size(); ++i) {
+    EXPECT_EQ(file.metadata()[i].first, metadata[i].first);
+    EXPECT_EQ(file.metadata()[i].second.describe(), metadata[i].second.describe());
+  }
+  EXPECT_EQ(file.find("a.nested")->as_array()->at(0).element_type(), GgufType::u16);
+  EXPECT_EQ(file.dequantize("vector"), values);
+  EXPECT_EQ(file.info("blocks").offset % 64, 0);
+  EXPECT_EQ(file.dequantize("blocks"), block_values);
+  EXPECT_EQ(file.info("empty").bytes, 0);
+  EXPECT_EQ(file.info("empty").shape(), (std::vector<index_t>{3, 0}));
+}
+
+TEST(GgufWrite, RefusesWhatItCannotWrite) {
+  TemporaryDirectory directory;
+  const std::vector<float> values(33, 1.0f);
+  const std::vector<std::pair<std::string, GgufValue>> none;
+  auto refuse = [&](std::vector<std::pair<std::string, GgufValue>> metadata,
+                    std::vector<GgufTensorEntry> tensors, std::string_view part) {
+    try {
+      save_gguf(directory / "x.gguf", metadata, tensors);
+      ADD_FAILURE() << "no throw for " << part;
+    } catch (const Error& error) {
+      EXPECT_TRUE(contains(error.what(), part));
+    }
+    EXPECT_FALSE(std::filesystem::exists(directory / "x.gguf"));
+  };
+  const auto bytes = std::as_bytes(std::span(values));
+  refuse({{"k", 1}, {"k", 2}}, {}, "given twice");
+  refuse({{"general.alignment", std::uint64_t{32}}}, {}, "general.alignment");
+  refuse({{"general.alignment", std::uint32_t{48}}}, {}, "power of two");
+  refuse({{"bad", GgufValue::array(GgufType::u8, {std::int32_t{1}})}}, {}, "holding a i32");
+  refuse(none, {{"t", GgmlType::f32, {33}, bytes.first(128)}}, "takes 132 bytes");
+  refuse(none, {{"t", GgmlType::q8_0, {33}, bytes}}, "whole number of q8_0 blocks");
+  refuse(none, {{std::string(64, 'n'), GgmlType::f32, {33}, bytes}}, "63 bytes");
+  refuse(none, {{"t", GgmlType::f32, {33}, bytes}, {"t", GgmlType::f32, {33}, bytes}},
+         "given twice");
+  refuse(none, {{"t", GgmlType::f32, {1, 1, 1, 1, 33}, bytes}}, "5 dims");
+}
+
+// ---- corrupt files ----------------------------------------------------------------------------
+
+/// A GGUF file built field by field, so that each test can make one field lie.
+struct Builder {
+  std::vector<std::byte> out;
+  template <class T>
+  Builder& put(T value) {
+    const auto* p = reinterpret_cast<const std::byte*>(&value);
+    out.insert(out.end(), p, p + sizeof(T));
+    return *this;
+  }
+  Builder& str(std::string_view text) {
+    put<std::uint64_t>(text.size());
+    const auto* p = reinterpret_cast<const std::byte*>(text.data());
+    out.insert(out.end(), p, p + text.size());
+    return *this;
+  }
+  Builder& header(std::int64_t tensors, std::int64_t keys, std::uint32_t version = 3) {
+    return put<std::uint32_t>(0x46554747u).put(version).put(tensors).put(keys);
+  }
+  Builder& pad(std::size_t alignment = 32) {
+    out.resize((out.size() + alignment - 1) / alignment * alignment);
+    return *this;
+  }
+  Builder& zeros(std::size_t n) {
+    out.resize(out.size() + n);
+    return *this;
+  }
+  /// A tensor record.
+  Builder& tensor(std::string_view name, std::vector<std::int64_t> dims, std::uint32_t type,
+                  std::uint64_t offset) {
+    str(name).put<std::uint32_t>(static_cast<std::uint32_t>(dims.size()));
+    for (const std::int64_t d : dims) put(d);
+    return put(type).put(offset);
+  }
+};
+
+/// Opens `bytes` and expects a FormatError whose message names the file and holds `part`.
+void expect_corrupt(const std::vector<std::byte>& bytes, std::string_view part) {
+  try {
+    GgufFile::from_bytes(bytes, "lying.gguf");
+    ADD_FAILURE() << "no throw; expected: " << part;
+  } catch (const FormatError& error) {
+    EXPECT_TRUE(contains(error.what(), "lying.gguf"));
+    EXPECT_TRUE(contains(error.what(), part));
+  }
+}
+
+TEST(GgufCorrupt, HeaderLies) {
+  expect_corrupt(Builder().put<std::uint32_t>(0x46554746u).zeros(20).out, "not a GGUF file");
+  expect_corrupt(Builder().header(0, 0, 1).out, "version 1");
+  expect_corrupt(Builder().header(0, 0, 0x03000000u).out, "big-endian");
+  expect_corrupt(Builder().header(0, 0, 4).out, "version 4");
+  expect_corrupt(Builder().header(0, 1'000'000).out, "claims 1000000 metadata entries");
+  expect_corrupt(Builder().header(-1, 0).out, "claims -1 tensors");
+  expect_corrupt(Builder().header(1ll << 62, 0).out, "tensors");
+  expect_corrupt(Builder().put<std::uint32_t>(0x46554747u).put<std::uint16_t>(3).out, "truncated");
+}
+
+TEST(GgufCorrupt, MetadataLies) {
+  expect_corrupt(Builder().header(0, 1).str("k").put<std::uint32_t>(8).put<std::uint64_t>(1000).out,
+                 "longer than the");
+  expect_corrupt(Builder().header(0, 1).put<std::uint64_t>(1ull << 63).zeros(16).out,
+                 "longer than the");
+  expect_corrupt(Builder().header(0, 1).str("k").put<std::uint32_t>(13).zeros(8).out,
+                 "value type 13");
+  expect_corrupt(Builder()
+                     .header(0, 1)
+                     .str("arr")
+                     .put<std::uint32_t>(9)
+                     .put<std::uint32_t>(4)
+                     .put<std::uint64_t>(1ull << 62)
+                     .zeros(64)
+                     .out,
+                 "claims 4611686018427387904 elements");
+  expect_corrupt(Builder().header(0, 1).str("b").put<std::uint32_t>(7).put<std::uint8_t>(2).out,
+                 "bool stored as 2");
+  expect_corrupt(Builder()
+                     .header(0, 2)
+                     .str("k")
+                     .put<std::uint32_t>(0)
+                     .put<std::uint8_t>(1)
+                     .str("k")
+                     .put<std::uint32_t>(0)
+                     .put<std::uint8_t>(1)
+                     .out,
+                 "\"k\" appears twice");
+  expect_corrupt(Builder().header(0, 1).str("").put<std::uint32_t>(0).put<std::uint8_t>(1).out,
+                 "is empty");
+  Builder deep;
+  deep.header(0, 1).str("deep").put<std::uint32_t>(9);
+  for (int i = 0; i < 20; ++i) deep.put<std::uint32_t>(9).put<std::uint64_t>(1);
+  deep.zeros(64);
+  expect_corrupt(deep.out, "more than 16 deep");
+  expect_corrupt(Builder()
+                     .header(0, 1)
+                     .str("general.alignment")
+                     .put<std::uint32_t>(10)
+                     .put<std::uint64_t>(32)
+                     .out,
+                 "requires a u32");
+  expect_corrupt(Builder()
+                     .header(0, 1)
+                     .str("general.alignment")
+                     .put<std::uint32_t>(4)
+                     .put<std::uint32_t>(24)
+                     .out,
+                 "not a power of two");
+}
+
+TEST(GgufCorrupt, TensorRecordsLie) {
+  expect_corrupt(
+      Builder().header(1, 0).tensor(std::string(64, 't'), {32}, 0, 0).pad().zeros(128).out,
+      "its name is 64 bytes");
+  expect_corrupt(Builder().header(1, 0).tensor("t", {1, 1, 1, 1, 1}, 0, 0).pad().zeros(64).out,
+                 "5 dims");
+  expect_corrupt(Builder().header(1, 0).tensor("t", {-4}, 0, 0).pad().zeros(64).out,
+                 "dim 0 is negative");
+  expect_corrupt(Builder().header(1, 0).tensor("t", {32}, 4, 0).pad().zeros(64).out, "ggml type 4");
+  expect_corrupt(Builder().header(1, 0).tensor("t", {33, 2}, 2, 0).pad().zeros(128).out,
+                 "not whole blocks");
+  expect_corrupt(Builder().header(1, 0).tensor("t", {32}, 0, 16).pad().zeros(256).out,
+                 "not a multiple of the alignment");
+  expect_corrupt(Builder().header(1, 0).tensor("t", {32, 3}, 0, 0).pad().zeros(100).out,
+                 "truncated");
+  expect_corrupt(Builder().header(1, 0).tensor("t", {8}, 0, 1ull << 63).pad().zeros(64).out,
+                 "beyond any file");
+  expect_corrupt(
+      Builder().header(2, 0).tensor("a", {16}, 0, 0).tensor("a", {16}, 0, 64).pad().zeros(128).out,
+      "\"a\" appears twice");
+  expect_corrupt(
+      Builder().header(2, 0).tensor("a", {16}, 0, 0).tensor("b", {16}, 0, 32).pad().zeros(96).out,
+      "overlap");
+  try {
+    GgufFile::from_bytes(
+        Builder().header(1, 0).tensor("t", {1ll << 40, 1ll << 40}, 0, 0).pad().zeros(32).out,
+        "lying.gguf");
+    FAIL() << "no throw";
+  } catch (const OverflowError& error) {
+    EXPECT_TRUE(contains(error.what(), "lying.gguf"));
+    EXPECT_TRUE(contains(error.what(), "\"t\""));
+  }
+}
+
+TEST(GgufCorrupt, EveryTruncationOfARealFileIsRefused) {
+  // llama.cpp's own file cut at every length through its records, and at a few in its data:
+  // each must be a FormatError, never a read past the end.
+  const std::vector<std::byte> whole = read_file(blocks_path);
+  const GgufFile file = GgufFile::from_bytes(whole, "whole.gguf");
+  const auto records_end = static_cast<std::size_t>(file.data_offset());
+  for (std::size_t length = 0; length < whole.size();
+       length += length < records_end + 64 ? 1 : 4099) {
+    const std::vector<std::byte> cut(whole.begin(),
+                                     whole.begin() + static_cast<std::ptrdiff_t>(length));
+    EXPECT_THROW(GgufFile::from_bytes(cut, "cut.gguf"), FormatError) << "length " << length;
+  }
+}
+
+}  // namespace test_gguf
+}  // namespace dissect
