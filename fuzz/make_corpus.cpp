@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dissect/io/gguf.hpp"
 #include "dissect/io/lora_file.hpp"
 #include "dissect/io/model_file.hpp"
 #include "dissect/models/decoder_model.hpp"
@@ -98,7 +99,7 @@ int main(int argc, char** argv) {
   }
   const fs::path out = argv[1];
   for (const char* harness :
-       {"safetensors", "hf_config", "checkpoint_index", "model_file", "lora_file"}) {
+       {"safetensors", "hf_config", "checkpoint_index", "model_file", "lora_file", "gguf"}) {
     fs::create_directories(out / harness);
   }
   const fs::path scratch = fuzz::scratch_directory();
@@ -211,6 +212,57 @@ int main(int argc, char** argv) {
           safetensors(R"({"base_model.model.h.0.attn.qkv.lora_A.weight":)"
                       R"({"dtype":"F32","shape":[1,8],"data_offsets":[0,32]}})",
                       std::string(32, '\0')));
+  }
+  // ---- GGUF: every value type (nested arrays too), every block type dissect decodes, a custom
+  // alignment; then corrupt ones (fuzz_gguf).
+  {
+    const fs::path dir = out / "gguf";
+    using Array = GgufValue::Array;
+    const std::vector<std::pair<std::string, GgufValue>> metadata{
+        {"general.architecture", "llama"},
+        {"u8", std::uint8_t{1}},
+        {"i8", std::int8_t{-1}},
+        {"u16", std::uint16_t{2}},
+        {"i16", std::int16_t{-2}},
+        {"u32", std::uint32_t{3}},
+        {"i32", std::int32_t{-3}},
+        {"f32", 0.5f},
+        {"bool", true},
+        {"u64", std::uint64_t{4}},
+        {"i64", std::int64_t{-4}},
+        {"f64", 0.25},
+        {"tokens", GgufValue::array(GgufType::string, Array{"<s>", "a", ""})},
+        {"nested", GgufValue::array(GgufType::array, Array{GgufValue::array(
+                                                         GgufType::i32, Array{std::int32_t{7}})})},
+    };
+    std::vector<float> values(256);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      values[i] = std::sin(0.1f * static_cast<float>(i));
+    std::vector<std::vector<std::byte>> stored;
+    std::vector<GgufTensorEntry> tensors;
+    for (const GgmlType type : {GgmlType::f32, GgmlType::f16, GgmlType::bf16, GgmlType::q4_0,
+                                GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q8_0,
+                                GgmlType::q4_K, GgmlType::q5_K, GgmlType::q6_K}) {
+      stored.push_back(quantize_ggml(type, values));
+      tensors.push_back({ggml_type_name(type), type, {256}, stored.back()});
+    }
+    save_gguf(dir / "every_type.gguf", metadata, tensors);
+    const std::vector<std::pair<std::string, GgufValue>> aligned{
+        {"general.alignment", std::uint32_t{64}}};
+    const std::vector<GgufTensorEntry> matrix{
+        {"blk.0.attn_q.weight",
+         GgmlType::q8_0,
+         {32, 3},
+         quantize_ggml(GgmlType::q8_0, std::span(values).first(96))},
+        {"empty", GgmlType::f32, {0}, {}}};
+    save_gguf(dir / "aligned_64.gguf", aligned, matrix);
+    const std::string good = read(dir / "every_type.gguf");
+    write(dir / "corrupt_truncated.gguf", good.substr(0, good.size() - 100));
+    std::string huge_array = good;
+    const std::size_t tokens = huge_array.find("tokens");
+    const std::uint64_t count = std::uint64_t{1} << 62;  // after the key and the two type words
+    std::memcpy(huge_array.data() + tokens + 6 + 8, &count, 8);
+    write(dir / "corrupt_huge_array.gguf", huge_array);
   }
   std::error_code ignored;
   fs::remove_all(scratch, ignored);

@@ -104,6 +104,7 @@ inline void dequantize_ggml(GgmlType type, std::span<const std::byte> bytes,
       detail::check_ggml_run("dequantize_ggml", type, values.size(), bytes.size());
   const auto* in = reinterpret_cast<const std::uint8_t*>(bytes.data());
   const std::size_t n = values.size();
+  if (n == 0) return;  // an empty tensor's spans may hold null pointers, which memcpy refuses
   switch (type) {
     case GgmlType::f32:
       std::memcpy(values.data(), in, n * sizeof(float));
@@ -139,6 +140,7 @@ inline void quantize_ggml(GgmlType type, std::span<const float> values,
     }
   }
   auto* out = reinterpret_cast<std::uint8_t*>(bytes.data());
+  if (n == 0) return;
   const auto overflow = [&](std::size_t first, std::size_t count) {
     float largest = 0;
     for (std::size_t i = first; i < first + count; ++i)
