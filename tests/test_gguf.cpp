@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "dissect/count.hpp"
 #include "dissect/io/gguf.hpp"
+#include "dissect/io/gguf_model.hpp"
 #include "support/io_testing.hpp"
 
 namespace dissect {
@@ -334,6 +336,121 @@ TEST(GgufCorrupt, EveryTruncationOfARealFileIsRefused) {
     const std::vector<std::byte> cut(whole.begin(),
                                      whole.begin() + static_cast<std::ptrdiff_t>(length));
     EXPECT_THROW(GgufFile::from_bytes(cut, "cut.gguf"), FormatError) << "length " << length;
+  }
+}
+
+// ---- the model a file describes
+// ------------------------------------------------------------------
+
+/// A tiny LLaMA's GGUF: llama.cpp's keys and tensor names, zero weights (only shapes matter here).
+struct TinyLlamaFile {
+  std::vector<std::pair<std::string, GgufValue>> metadata{
+      {"general.architecture", "llama"},
+      {"llama.context_length", std::uint32_t{64}},
+      {"llama.embedding_length", std::uint32_t{32}},
+      {"llama.block_count", std::uint32_t{2}},
+      {"llama.feed_forward_length", std::uint32_t{96}},
+      {"llama.attention.head_count", std::uint32_t{4}},
+      {"llama.attention.head_count_kv", std::uint32_t{2}},
+      {"llama.rope.freq_base", 500000.0f},
+      {"llama.attention.layer_norm_rms_epsilon", 1e-6f},
+      {"llama.rope.dimension_count", std::uint32_t{8}},
+  };
+  std::vector<GgufExpectedTensor> tensors;
+  std::vector<std::vector<std::byte>> storage;
+
+  TinyLlamaFile() {
+    TransformerConfig config = detail::llama_style(32, 2, 4, 96, 64);
+    config.n_kv_heads = 2;
+    config.vocab = 50;
+    tensors = gguf_model_tensors(ModelFamily::llama, config);
+  }
+  void save(const std::filesystem::path& path) {
+    std::vector<GgufTensorEntry> entries;
+    storage.clear();
+    storage.reserve(tensors.size());
+    for (const GgufExpectedTensor& tensor : tensors) {
+      index_t n = 1;
+      for (const index_t d : tensor.dims) n *= d;
+      storage.emplace_back(static_cast<std::size_t>(n) * 4);
+      entries.push_back({tensor.name, GgmlType::f32, tensor.dims, storage.back()});
+    }
+    save_gguf(path, metadata, entries);
+  }
+};
+
+TEST(GgufModel, ReadsALlamaConfigAndCountsItsTensors) {
+  TemporaryDirectory directory;
+  TinyLlamaFile tiny;
+  tiny.save(directory / "tiny.gguf");
+  const GgufFile file(directory / "tiny.gguf");
+  const HfConfig model = read_gguf_config(file);
+  EXPECT_EQ(model.family, ModelFamily::llama);
+  EXPECT_EQ(model.config.d_model, 32);
+  EXPECT_EQ(model.config.kv_heads(), 2);
+  EXPECT_EQ(model.config.vocab, 50);
+  EXPECT_FALSE(model.config.tied_embeddings);
+  EXPECT_EQ(model.config.rope_theta, 500000.0);
+  EXPECT_FLOAT_EQ(static_cast<float>(*model.config.norm_eps), 1e-6f);
+  index_t elements = 0;
+  for (const GgufTensorInfo& info : file.tensors()) elements += info.elements();
+  EXPECT_EQ(count_parameters(model.config).total, elements);
+}
+
+void expect_bad_model(TinyLlamaFile tiny, std::string_view part) {
+  TemporaryDirectory directory;
+  tiny.save(directory / "bad.gguf");
+  const GgufFile file(directory / "bad.gguf");
+  try {
+    (void)read_gguf_config(file);
+    ADD_FAILURE() << "no throw; expected " << part;
+  } catch (const Error& error) {
+    EXPECT_TRUE(contains(error.what(), "bad.gguf"));
+    EXPECT_TRUE(contains(error.what(), part));
+  }
+}
+
+TEST(GgufModel, MetadataContradictingTensorsIsRefused) {
+  {
+    TinyLlamaFile tiny;
+    tiny.tensors[3].dims = {32, 12};  // blk.0.attn_k: 3 heads' worth, not head_count_kv's 2
+    expect_bad_model(tiny, "tensor \"blk.0.attn_k.weight\" has dims {32, 12}");
+  }
+  {
+    TinyLlamaFile tiny;
+    tiny.tensors.pop_back();  // output.weight gone: tied, fine; drop a block tensor instead
+    tiny.tensors.erase(tiny.tensors.begin() + 6);
+    expect_bad_model(tiny, "has no tensor \"blk.0.ffn_norm.weight\"");
+  }
+  {
+    TinyLlamaFile tiny;
+    tiny.tensors.push_back({"rope_freqs.weight", {4}, ""});
+    expect_bad_model(tiny, "RoPE scaling");
+  }
+  {
+    TinyLlamaFile tiny;
+    tiny.metadata[3].second = std::uint32_t{3};  // block_count 3: blk.2 is missing
+    expect_bad_model(tiny, "has no tensor \"blk.2.attn_norm.weight\"");
+  }
+  {
+    TinyLlamaFile tiny;
+    tiny.metadata[0].second = "mamba";
+    expect_bad_model(tiny, "\"mamba\" is not one dissect builds");
+  }
+  {
+    TinyLlamaFile tiny;
+    tiny.metadata[5].second = std::int32_t{-4};
+    expect_bad_model(tiny, "llama.attention.head_count");
+  }
+  {
+    TinyLlamaFile tiny;
+    tiny.metadata[9].second = std::uint32_t{4};
+    expect_bad_model(tiny, "rotates part of each head");
+  }
+  {
+    TinyLlamaFile tiny;
+    tiny.metadata[6].second = std::uint32_t{3};  // 4 heads over 3 KV heads
+    expect_bad_model(tiny, "n_kv_heads");
   }
 }
 

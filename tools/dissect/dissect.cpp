@@ -1,6 +1,7 @@
 // tools/dissect/dissect.cpp — the `dissect` command: take a checkpoint apart, or run it.
 //
 //   dissect inspect CHECKPOINT [--gpu-memory 24GB] [--context T] [--json]
+//   dissect inspect FILE.gguf [--json]
 //   dissect generate CHECKPOINT (--prompt TEXT | --tokens 464,2068,…) [--max-new-tokens N]
 //                    [--temperature T] [--top-k K] [--seed S]
 //   dissect tokenize (--tokenizer FILE | DIR) (--text T | --file F | --decode 1,2,3) [--no-special]
@@ -52,6 +53,7 @@
 #include "tools/common/byte_vocab.hpp"
 #include "tools/common/parse.hpp"
 #include "tools/common/table.hpp"
+#include "tools/dissect/gguf_commands.hpp"
 #include "tools/dissect/text_commands.hpp"
 
 namespace {
@@ -258,6 +260,9 @@ std::string main_dtype_of(const Totals& t) {
 }
 
 int inspect(const InspectOptions& o) {
+  if (dissect::tools::is_gguf_file(o.checkpoint)) {
+    return dissect::tools::inspect_gguf(o.checkpoint, o.json);
+  }
   const dissect::DetectedCheckpoint source = dissect::detect_checkpoint(o.checkpoint);
   const auto rows = tensor_rows(source.checkpoint);
   const Totals totals = totals_of(rows);
@@ -593,7 +598,7 @@ int run(int argc, char** argv) {
       "inspect", "every tensor grouped by layer, the linear layers' shapes, totals and a budget");
   inspect_command
       ->add_option("checkpoint", inspect_options.checkpoint,
-                   ".safetensors file, index .json, or a directory")
+                   ".safetensors file, index .json, a directory, or a .gguf file")
       ->required();
   std::string memory = "24GB";
   inspect_command->add_option("--gpu-memory", memory, "device memory for the budget (24GB, 80GiB)")

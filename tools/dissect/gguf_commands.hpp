@@ -1,0 +1,208 @@
+// tools/dissect/gguf_commands.hpp — `dissect inspect FILE.gguf`: a llama.cpp model file taken
+// apart. The reading, the checks and the arithmetic are the library's (io/gguf.hpp,
+// io/gguf_model.hpp, count.hpp); this groups and prints.
+//
+// The report: the file (version, alignment, data offset), its metadata (arrays summarised; the
+// tokenizer's long lists by their length), the tensors grouped by layer with their ggml type,
+// shape [out, in] (row-major, as dissect and PyTorch write it), bytes and bits per weight, the
+// totals per type, and for a llama or gpt2 file the config its metadata gives with the config's
+// exact parameter count beside the tensors' (a file whose tensors contradict its metadata is
+// refused with the library's message).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dissect/count.hpp"
+#include "dissect/io/gguf.hpp"
+#include "dissect/io/gguf_model.hpp"
+#include "tools/common/table.hpp"
+
+namespace dissect::tools {
+
+/// Whether `path` is a GGUF file: a regular file starting with "GGUF".
+inline bool is_gguf_file(const std::filesystem::path& path) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in.gcount() == 4 && std::string_view(magic, 4) == "GGUF";
+}
+
+namespace detail_gguf {
+
+/// "blk.3.attn_q.weight" → 3; others → nothing.
+inline std::optional<index_t> layer_of(std::string_view name) {
+  if (name.rfind("blk.", 0) != 0) return std::nullopt;
+  const std::size_t end = name.find('.', 4);
+  if (end == std::string_view::npos || end == 4) return std::nullopt;
+  index_t layer = 0;
+  for (std::size_t i = 4; i < end; ++i) {
+    if (name[i] < '0' || name[i] > '9' || layer > 1'000'000'000) return std::nullopt;
+    layer = layer * 10 + (name[i] - '0');
+  }
+  return layer;
+}
+
+inline std::string shape_text(const GgufTensorInfo& info) {
+  return format_shape(info.shape());
+}
+
+inline std::string bits_per_weight(index_t bytes, index_t elements) {
+  if (elements == 0) return "-";
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(2);
+  out << 8.0 * static_cast<double>(bytes) / static_cast<double>(elements);
+  return out.str();
+}
+
+/// A metadata value for the report: short values whole, long arrays by their length and start.
+inline std::string value_text(const GgufValue& value) {
+  if (const auto* elements = value.as_array(); elements && elements->size() > 8) {
+    return concat(elements->size(), " elements: ", value.describe(3));
+  }
+  std::string text = value.describe(8);
+  if (text.size() > 120) text = text.substr(0, 117) + "...";
+  return text;
+}
+
+}  // namespace detail_gguf
+
+inline int inspect_gguf(const std::filesystem::path& path, bool json) {
+  namespace g = detail_gguf;
+  const GgufFile file(path);
+  std::optional<HfConfig> model;
+  if (const GgufValue* architecture = file.find("general.architecture");
+      architecture && architecture->as_string() &&
+      (*architecture->as_string() == "llama" || *architecture->as_string() == "gpt2")) {
+    model = read_gguf_config(file);  // a contradiction is the library's error: exit 2
+  }
+  index_t parameters = 0, bytes = 0;
+  struct TypeTotal {
+    index_t tensors = 0, elements = 0, bytes = 0;
+  };
+  std::map<std::string, TypeTotal> by_type;
+  for (const GgufTensorInfo& info : file.tensors()) {
+    parameters = checked_add(parameters, info.elements(), "inspect: parameters");
+    bytes = checked_add(bytes, info.bytes, "inspect: bytes");
+    TypeTotal& total = by_type[ggml_type_name(info.type)];
+    ++total.tensors;
+    total.elements += info.elements();
+    total.bytes += info.bytes;
+  }
+  // -1: no config to count (an optional here trips GCC 12's -Wmaybe-uninitialized).
+  const index_t exact = model ? count_parameters(model->config).total : -1;
+
+  if (json) {
+    nlohmann::ordered_json out;
+    out["file"] = path.string();
+    out["format"] = "gguf";
+    out["version"] = file.version();
+    out["alignment"] = file.alignment();
+    out["data_offset"] = file.data_offset();
+    auto& metadata = out["metadata"] = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : file.metadata()) metadata[key] = g::value_text(value);
+    if (model) {
+      out["family"] = family_name(model->family);
+      out["config"] = {{"d_model", model->config.d_model},
+                       {"n_layers", model->config.n_layers},
+                       {"n_heads", model->config.n_heads},
+                       {"n_kv_heads", model->config.kv_heads()},
+                       {"head_dim", model->config.head_size()},
+                       {"d_ff", model->config.d_ff},
+                       {"vocab", model->config.vocab},
+                       {"context", model->config.context},
+                       {"tied_embeddings", model->config.tied_embeddings}};
+    }
+    auto& tensors = out["tensors"] = nlohmann::ordered_json::array();
+    for (const GgufTensorInfo& info : file.tensors()) {
+      tensors.push_back({{"name", info.name},
+                         {"type", ggml_type_name(info.type)},
+                         {"shape", info.shape()},
+                         {"parameters", info.elements()},
+                         {"bytes", info.bytes},
+                         {"offset", file.data_offset() + info.offset}});
+    }
+    auto& types = out["types"] = nlohmann::ordered_json::object();
+    for (const auto& [name, total] : by_type) {
+      types[name] = {
+          {"tensors", total.tensors}, {"parameters", total.elements}, {"bytes", total.bytes}};
+    }
+    out["totals"] = {{"parameters", parameters},
+                     {"bytes", bytes},
+                     {"exact_from_config", exact >= 0 ? nlohmann::ordered_json(exact) : nullptr}};
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+
+  std::ostringstream report;
+  report << "file        " << path.string() << " (GGUF v" << file.version() << ", "
+         << file.tensors().size() << " tensors, " << file.metadata().size()
+         << " metadata keys, alignment " << file.alignment() << ", data from byte "
+         << file.data_offset() << ")\n";
+  if (model) {
+    const TransformerConfig& c = model->config;
+    report << "model       " << family_name(model->family) << ": D = " << c.d_model
+           << ", L = " << c.n_layers << ", H = " << c.n_heads << ", H_kv = " << c.kv_heads()
+           << ", d_k = " << c.head_size() << ", F = " << c.d_ff << ", V = " << c.vocab
+           << ", context = " << c.context
+           << (c.tied_embeddings ? ", head tied to the embedding" : "") << "\n";
+  } else {
+    report << "model       not one dissect builds (architecture "
+           << (file.find("general.architecture") ? file.find("general.architecture")->describe()
+                                                 : std::string("unset"))
+           << "): the tensors alone\n";
+  }
+  report << "\nmetadata\n";
+  TextTable metadata;
+  for (const auto& [key, value] : file.metadata()) {
+    const std::string type = value.as_array() ? concat(gguf_type_name(value.element_type()), "[]")
+                                              : gguf_type_name(value.type());
+    metadata.add_row({"  " + key, type, g::value_text(value)});
+  }
+  report << metadata.render() << "\n";
+
+  TextTable tensors({false, false, false, true, true, true});
+  tensors.add_row({"tensor", "type", "shape", "parameters", "bytes", "bits/weight"});
+  tensors.add_rule();
+  std::optional<index_t> current_layer;
+  for (const GgufTensorInfo& info : file.tensors()) {
+    const std::optional<index_t> layer = g::layer_of(info.name);
+    if (layer && layer != current_layer) tensors.add_row({concat("layer ", *layer)});
+    current_layer = layer;
+    tensors.add_row({(layer ? "  " : "") + info.name, ggml_type_name(info.type),
+                     g::shape_text(info), format_count(info.elements()), format_count(info.bytes),
+                     g::bits_per_weight(info.bytes, info.elements())});
+  }
+  report << tensors.render() << "\n";
+
+  TextTable types({false, true, true, true, true});
+  types.add_row({"type", "tensors", "parameters", "bytes", "bits/weight"});
+  types.add_rule();
+  for (const auto& [name, total] : by_type) {
+    types.add_row({name, concat(total.tensors), format_count(total.elements),
+                   format_count(total.bytes), g::bits_per_weight(total.bytes, total.elements)});
+  }
+  report << types.render() << "\n";
+  report << "parameters  " << format_count(parameters) << " in " << format_count(bytes)
+         << " bytes (" << g::bits_per_weight(bytes, parameters) << " bits per weight)";
+  if (exact >= 0) {
+    report << "; the config's exact count: " << format_count(exact)
+           << (exact == parameters ? " (equal)" : " (DIFFERENT)");
+  }
+  report << "\n";
+  std::cout << report.str();
+  return 0;
+}
+
+}  // namespace dissect::tools
