@@ -2,7 +2,8 @@
 //
 //   dissect inspect CHECKPOINT [--gpu-memory 24GB] [--context T] [--json]
 //   dissect inspect FILE.gguf [--json]
-//   dissect generate CHECKPOINT (--prompt TEXT | --tokens 464,2068,…) [--max-new-tokens N]
+//   dissect generate CHECKPOINT|FILE.gguf (--prompt TEXT | --tokens 464,2068,…) [--max-new-tokens
+//   N]
 //                    [--temperature T] [--top-k K] [--seed S]
 //   dissect tokenize (--tokenizer FILE | DIR) (--text T | --file F | --decode 1,2,3) [--no-special]
 //                    [--json]
@@ -45,6 +46,7 @@
 #include "dissect/budget.hpp"
 #include "dissect/count.hpp"
 #include "dissect/io/checkpoint.hpp"
+#include "dissect/io/gguf_weights.hpp"
 #include "dissect/io/hf_config.hpp"
 #include "dissect/io/hf_names.hpp"
 #include "dissect/io/model_file.hpp"
@@ -514,7 +516,27 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
   return exit_ok;
 }
 
+// A GGUF file: its config from the metadata, checked against every tensor before anything else;
+// its weights dequantised to float (the GGUF tokenizer is not read yet: --tokens only).
+int generate_gguf(const GenerateOptions& o) {
+  const dissect::GgufFile file(o.checkpoint);
+  const dissect::HfConfig model = dissect::read_gguf_config(file);
+  if (o.prompt) {
+    throw dissect::ConfigError(dissect::concat("--prompt: ", o.checkpoint.string(),
+                                               " is a GGUF file, whose tokenizer dissect does not "
+                                               "read yet; give token ids with --tokens"));
+  }
+  const std::vector<index_t> prompt = prompt_ids(o, model.config, std::nullopt, std::nullopt);
+  if (model.family == dissect::ModelFamily::llama) {
+    const auto llama = dissect::load_gguf_model<dissect::LlamaModel<float>>(file);
+    return run_generation(llama, prompt, std::nullopt, std::nullopt, o);
+  }
+  const auto gpt2 = dissect::load_gguf_model<dissect::GPT2Model<float>>(file);
+  return run_generation(gpt2, prompt, std::nullopt, std::nullopt, o);
+}
+
 int generate(const GenerateOptions& o) {
+  if (dissect::tools::is_gguf_file(o.checkpoint)) return generate_gguf(o);
   const dissect::DetectedCheckpoint source = dissect::detect_checkpoint(o.checkpoint);
   // Everything the model's config decides is checked before the weights load.
   const dissect::HfConfig& recorded = source.require_model("generate");

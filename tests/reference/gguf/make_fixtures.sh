@@ -1,23 +1,44 @@
 #!/usr/bin/env bash
-# Regenerates the GGUF reference files in this folder with llama.cpp's own libraries (the npm
-# package @node-llama-cpp/linux-x64 ships them prebuilt), installed into .deps/llama (ignored by
-# git). The outputs are committed; tests read them and never run this.
-#   blocks.gguf  make_block_fixture.cpp: llama.cpp's quantisation and dequantisation of 16
-#                awkward rows in every block type dissect decodes, and one metadata key of
-#                every GGUF value type.
+# Regenerates the GGUF reference files in this folder with llama.cpp's own libraries: the npm
+# packages node-llama-cpp@3.22.1 (the JavaScript driver) and @node-llama-cpp/linux-x64@3.22.1
+# (its prebuilt libllama and libggml), installed into .deps/llama (ignored by git). The outputs
+# are committed; tests read them and never run this. Running it again gives the same bytes.
+#   blocks.gguf        make_block_fixture.cpp: llama.cpp's quantisation and dequantisation of
+#                      16 awkward rows in every block type dissect decodes, one metadata key of
+#                      every GGUF value type
+#   llama_q8_0.gguf, llama_q4_k_m.gguf, gpt2_q8_0.gguf
+#                      quantize_with_llama.cpp: llama_model_quantize of the random f32 models of
+#                      tests/support/gguf_models.hpp (written by tests/tools/make_gguf.cpp; the
+#                      tests make the f32 files themselves, so they are not committed)
+#   logits.json        make_logits.mjs: llama.cpp's logits for a fixed prompt on all five files,
+#                      and its greedy continuation
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
 prefix=$repo/.deps/llama
-pin=@node-llama-cpp/linux-x64@3.22.1
 libs=$prefix/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
-if [ ! -f "$libs/libggml-base.so" ]; then
+if [ ! -f "$prefix/node_modules/node-llama-cpp/package.json" ] || [ ! -f "$libs/libllama.v0.5.0.so" ]; then
   mkdir -p "$prefix"
-  npm install --prefix "$prefix" --save-exact --no-audit --no-fund --loglevel=error "$pin"
+  # --omit=optional keeps node-llama-cpp's GPU and other-platform builds (~600 MB) out; the
+  # CPU build for linux-x64 is named explicitly.
+  npm install --prefix "$prefix" --save-exact --omit=optional --no-audit --no-fund \
+      --loglevel=error node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1
 fi
 build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
 c++ -std=c++17 -O1 "$here/make_block_fixture.cpp" -L"$libs" -l:libggml-base.so \
     -Wl,-rpath,"$libs" -o "$build/make_block_fixture"
+c++ -std=c++17 -O1 "$here/quantize_with_llama.cpp" -L"$libs" -l:libllama.v0.5.0.so \
+    -Wl,-rpath,"$libs" -o "$build/quantize_with_llama"
+c++ -std=c++20 -O2 -I"$repo/include" -I"$repo/tests" -I/usr/include/eigen3 \
+    "$repo/tests/tools/make_gguf.cpp" -o "$build/make_gguf"
+
 "$build/make_block_fixture" "$here/blocks.gguf"
-echo "wrote $here/blocks.gguf"
+for arch in llama gpt2; do "$build/make_gguf" "$build/${arch}_f32.gguf" "$arch" f32; done
+"$build/quantize_with_llama" "$build/llama_f32.gguf" "$here/llama_q8_0.gguf" q8_0
+"$build/quantize_with_llama" "$build/llama_f32.gguf" "$here/llama_q4_k_m.gguf" q4_k_m
+"$build/quantize_with_llama" "$build/gpt2_f32.gguf" "$here/gpt2_q8_0.gguf" q8_0
+LLAMA_PACKAGES=$prefix node "$here/make_logits.mjs" "$here/logits.json" \
+    "$build/llama_f32.gguf" "$build/gpt2_f32.gguf" "$here/llama_q8_0.gguf" \
+    "$here/llama_q4_k_m.gguf" "$here/gpt2_q8_0.gguf"
+ls -la "$here"/*.gguf "$here/logits.json"

@@ -1,0 +1,192 @@
+// dissect/io/gguf_weights.hpp — a GGUF model's tensors under dissect's parameter names, so the
+// one strict load_state_dict (io/state_dict.hpp) fills a GPT2Model or LlamaModel from a
+// llama.cpp file, and load_gguf_model, which does it.
+//
+// The names follow io/gguf_model.hpp's list: token_embd → wte / embed_tokens, blk.N.attn_q, _k
+// and _v stacked by rows into layers.N.self_attn.qkv (GPT-2's attn_qkv is already stacked),
+// attn_output → proj, ffn_gate/up/down → mlp.gate/up/down, the norms to ln_1/ln_2/ln_f or
+// input_layernorm/post_attention_layernorm/norm, output → lm_head.
+//
+// The layouts: a GGUF tensor of dims {in, out} is dissect's [out, in] as it is (ggml's ne[0] is
+// the contiguous axis). Every type of quant/ggml_blocks.hpp is dequantised to float on loading,
+// bit for bit as llama.cpp dequantises it. LLaMA's q and k rows are un-permuted: llama.cpp's
+// converter reorders the rows of each head from Hugging Face's halves (rotate_half pairs i and
+// i + d_k/2) to interleaved pairs (its RoPE pairs 2i and 2i + 1), row (j, i) of a head moving to
+// 2i + j for j ∈ {0, 1}, i < d_k/2; dissect's RoPE is Hugging Face's, so each row goes back:
+// dissect row j·d_k/2 + i = file row 2i + j, head by head (H heads for q, H_kv for k).
+#pragma once
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dissect/io/gguf.hpp"
+#include "dissect/io/gguf_model.hpp"
+#include "dissect/io/safetensors.hpp"
+#include "dissect/io/state_dict.hpp"
+#include "dissect/models/decoder_model.hpp"
+
+namespace dissect {
+
+// ---- declarations -------------------------------------------------------------------------------
+
+/// A GGUF model file seen under dissect's parameter names and shapes (a TensorSource).
+class GgufWeightsView {
+ public:
+  /// `file` must outlive the view; `model` is read_gguf_config(file)'s (which checked every
+  /// tensor's dims).
+  GgufWeightsView(const GgufFile& file, const HfConfig& model);
+
+  const std::filesystem::path& path() const { return file_->path(); }
+  std::vector<std::string> tensor_names() const;
+  bool contains(std::string_view name) const { return tensors_.find(name) != tensors_.end(); }
+  /// dissect's view of the tensor: its name, "F32" (what it decodes to) and dissect's shape.
+  const TensorInfo& info(std::string_view name) const { return mapped(name).info; }
+
+  /// One GGUF tensor behind a dissect one: its rows stacked from `first_row`, with the
+  /// rotary un-permutation of `heads` heads (0: none).
+  struct Part {
+    std::string name;
+    index_t first_row = 0;
+    index_t heads = 0;
+  };
+  struct Mapped {
+    TensorInfo info;
+    std::vector<Part> parts;
+  };
+  /// @throws Error naming the file and `name` if there is no such tensor.
+  const Mapped& mapped(std::string_view name) const;
+  const GgufFile& file() const { return *file_; }
+
+ private:
+  const GgufFile* file_;
+  std::map<std::string, Mapped, std::less<>> tensors_;
+};
+
+/// Fills `target` (dissect's shape) from the GGUF tensors behind `name`, converting to Scalar.
+/// @throws ShapeError if target's shape is not info(name)'s; Error as GgufFile::dequantize.
+template <class Scalar, std::size_t Rank>
+void load_into(const GgufWeightsView& view, std::string_view name, TensorView<Scalar, Rank> target);
+
+/// The GPT2Model or LlamaModel a GGUF file holds, every weight dequantised to Scalar.
+/// @throws as read_gguf_config; ConfigError if the file's architecture is not Model's family;
+///         Error as load_state_dict.
+template <class Model>
+Model load_gguf_model(const GgufFile& file);
+
+// ---- implementation -----------------------------------------------------------------------------
+
+inline GgufWeightsView::GgufWeightsView(const GgufFile& file, const HfConfig& model)
+    : file_(&file) {
+  const TransformerConfig& c = model.config;
+  const index_t d = c.d_model, dk = c.head_size();
+  const auto add = [&](std::string name, std::vector<index_t> shape, std::vector<Part> parts) {
+    TensorInfo info{name, "F32", std::move(shape), 0, 0};
+    tensors_.emplace(std::move(name), Mapped{std::move(info), std::move(parts)});
+  };
+  const auto one = [&](std::string name, std::string gguf) {
+    std::vector<index_t> shape = file.info(gguf).shape();
+    add(std::move(name), std::move(shape), {Part{std::move(gguf), 0, 0}});
+  };
+  if (model.family == ModelFamily::llama) {
+    one("embed_tokens.weight", "token_embd.weight");
+    for (index_t layer = 0; layer < c.n_layers; ++layer) {
+      const std::string blk = concat("blk.", layer, "."), ours = concat("layers.", layer, ".");
+      const index_t q = c.n_heads * dk, kv = c.kv_heads() * dk;
+      add(ours + "self_attn.qkv.weight", {q + 2 * kv, d},
+          {Part{blk + "attn_q.weight", 0, c.n_heads}, Part{blk + "attn_k.weight", q, c.kv_heads()},
+           Part{blk + "attn_v.weight", q + kv, 0}});
+      one(ours + "self_attn.proj.weight", blk + "attn_output.weight");
+      one(ours + "mlp.gate.weight", blk + "ffn_gate.weight");
+      one(ours + "mlp.up.weight", blk + "ffn_up.weight");
+      one(ours + "mlp.down.weight", blk + "ffn_down.weight");
+      one(ours + "input_layernorm.weight", blk + "attn_norm.weight");
+      one(ours + "post_attention_layernorm.weight", blk + "ffn_norm.weight");
+    }
+    one("norm.weight", "output_norm.weight");
+  } else {
+    one("wte.weight", "token_embd.weight");
+    one("wpe.weight", "position_embd.weight");
+    for (index_t layer = 0; layer < c.n_layers; ++layer) {
+      const std::string blk = concat("blk.", layer, "."), ours = concat("h.", layer, ".");
+      for (const std::string_view suffix : {"weight", "bias"}) {
+        const std::string s(suffix);
+        one(ours + "ln_1." + s, blk + "attn_norm." + s);
+        one(ours + "attn.qkv." + s, blk + "attn_qkv." + s);
+        one(ours + "attn.proj." + s, blk + "attn_output." + s);
+        one(ours + "ln_2." + s, blk + "ffn_norm." + s);
+        one(ours + "mlp.up." + s, blk + "ffn_up." + s);
+        one(ours + "mlp.down." + s, blk + "ffn_down." + s);
+      }
+    }
+    one("ln_f.weight", "output_norm.weight");
+    one("ln_f.bias", "output_norm.bias");
+  }
+  if (!c.tied_embeddings) one("lm_head.weight", "output.weight");
+}
+
+inline std::vector<std::string> GgufWeightsView::tensor_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, mapped] : tensors_) names.push_back(name);
+  return names;
+}
+
+inline const GgufWeightsView::Mapped& GgufWeightsView::mapped(std::string_view name) const {
+  const auto found = tensors_.find(name);
+  if (found == tensors_.end()) {
+    throw Error(concat("GgufWeightsView: ", path().string(), ": no tensor for ", name));
+  }
+  return found->second;
+}
+
+namespace detail {
+
+/// Row `r` of a rotary projection in dissect's order (Hugging Face's halves) read from llama.cpp's
+/// interleaved order: within each head of `head_rows`, dissect row j·half + i is file row 2i + j.
+inline index_t gguf_rotary_source_row(index_t r, index_t head_rows) {
+  const index_t head = r / head_rows, within = r % head_rows, half = head_rows / 2;
+  const index_t j = within / half, i = within % half;
+  return head * head_rows + 2 * i + j;
+}
+
+}  // namespace detail
+
+template <class Scalar, std::size_t Rank>
+void load_into(const GgufWeightsView& view, std::string_view name,
+               TensorView<Scalar, Rank> target) {
+  const auto& mapped = view.mapped(name);
+  if (!std::equal(mapped.info.shape.begin(), mapped.info.shape.end(), target.shape().begin(),
+                  target.shape().end())) {
+    throw ShapeError(concat(
+        "load_into: ", name, " is ", format_shape(std::span<const index_t>(mapped.info.shape)),
+        " in ", view.path().string(), ", the target is ", format_shape(target.shape())));
+  }
+  const index_t row_length = mapped.info.shape.size() > 1 ? mapped.info.shape.back() : 1;
+  Scalar* out = target.data();
+  for (const GgufWeightsView::Part& part : mapped.parts) {
+    const std::vector<float> values = view.file().dequantize(part.name);
+    const auto rows = static_cast<index_t>(values.size()) / row_length;
+    const index_t head_rows = part.heads > 0 ? rows / part.heads : 0;
+    for (index_t r = 0; r < rows; ++r) {
+      const index_t source = head_rows > 0 ? detail::gguf_rotary_source_row(r, head_rows) : r;
+      const float* from = values.data() + source * row_length;
+      Scalar* to = out + (part.first_row + r) * row_length;
+      for (index_t k = 0; k < row_length; ++k) to[k] = static_cast<Scalar>(from[k]);
+    }
+  }
+}
+
+template <class Model>
+Model load_gguf_model(const GgufFile& file) {
+  const HfConfig model = read_gguf_config(file);
+  require_family<Model>(model.family, concat("load_gguf_model: ", file.path().string()));
+  Model result(model.config);
+  const GgufWeightsView view(file, model);
+  load_state_dict(result, view);
+  return result;
+}
+
+}  // namespace dissect

@@ -1,0 +1,196 @@
+// Tests for dissect/io/gguf_weights.hpp against llama.cpp itself. The f32 models are made at
+// test time (tests/support/gguf_models.hpp: the same bytes every run); the quantised ones are
+// llama.cpp's own llama_model_quantize of them, committed; logits.json holds llama.cpp's logits
+// for a fixed prompt on each file and its greedy continuation (make_fixtures.sh wrote both).
+// dissect must load each file, give llama.cpp's logits within the stated bound and the same
+// greedy tokens, and quantise the f32 weights to exactly llama.cpp's bytes.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "dissect/io/gguf.hpp"
+#include "dissect/io/gguf_weights.hpp"
+#include "support/gguf_models.hpp"
+#include "support/io_testing.hpp"
+
+namespace dissect {
+namespace test_gguf_models {
+
+using testing::TemporaryDirectory;
+
+const std::filesystem::path fixtures(DISSECT_GGUF_FIXTURE_DIR);
+
+const nlohmann::json& reference() {
+  static const nlohmann::json json = [] {
+    std::ifstream in(fixtures / "logits.json");
+    return nlohmann::json::parse(in);
+  }();
+  return json;
+}
+
+/// The model file `name` of the reference: committed, or (the f32 ones) made here.
+struct ModelFile {
+  TemporaryDirectory directory;
+  std::filesystem::path path;
+  explicit ModelFile(const std::string& name) {
+    if (name.ends_with("_f32.gguf")) {
+      path = directory / name;
+      testing::write_random_gguf_model(
+          path, name.starts_with("llama") ? ModelFamily::llama : ModelFamily::gpt2, GgmlType::f32);
+    } else {
+      path = fixtures / name;
+    }
+  }
+};
+
+template <class Model>
+Tensor<float, 3> logits_of(const GgufFile& file, const std::vector<index_t>& prompt) {
+  const Model model = load_gguf_model<Model>(file);
+  return model.forward(TokenBatch{prompt, 1, static_cast<index_t>(prompt.size())});
+}
+
+index_t argmax(const float* row, index_t n) {
+  return static_cast<index_t>(std::max_element(row, row + n) - row);
+}
+
+/// The largest |dissect − llama.cpp| over every position and token, relative to the largest
+/// |logit| llama.cpp gave; and whether each position's argmax agrees.
+struct Agreement {
+  double max_error = 0, scale = 0;
+  int argmax_disagreements = 0;
+};
+
+Agreement compare(const Tensor<float, 3>& ours, const nlohmann::json& theirs) {
+  Agreement result;
+  const index_t vocab = ours.dim(2);
+  for (index_t t = 0; t < ours.dim(1); ++t) {
+    const auto& row = theirs[static_cast<std::size_t>(t)];
+    EXPECT_EQ(static_cast<index_t>(row.size()), vocab);
+    std::vector<float> reference_row(row.begin(), row.end());
+    const float* our_row = ours.data() + t * vocab;
+    for (index_t v = 0; v < vocab; ++v) {
+      result.max_error = std::max(
+          result.max_error,
+          std::fabs(double(our_row[v]) - double(reference_row[static_cast<std::size_t>(v)])));
+      result.scale =
+          std::max(result.scale, std::fabs(double(reference_row[static_cast<std::size_t>(v)])));
+    }
+    result.argmax_disagreements += argmax(our_row, vocab) != argmax(reference_row.data(), vocab);
+  }
+  return result;
+}
+
+template <class Model>
+std::vector<index_t> greedy(const GgufFile& file, std::vector<index_t> ids, int steps) {
+  const Model model = load_gguf_model<Model>(file);
+  std::vector<index_t> chosen;
+  for (int s = 0; s < steps; ++s) {
+    const Tensor<float, 3> logits =
+        model.forward(TokenBatch{ids, 1, static_cast<index_t>(ids.size())});
+    const index_t vocab = logits.dim(2);
+    const index_t next = argmax(logits.data() + (logits.dim(1) - 1) * vocab, vocab);
+    chosen.push_back(next);
+    ids.push_back(next);
+  }
+  return chosen;
+}
+
+struct Case {
+  std::string file;
+  double bound;  ///< on max |Δlogit| / max |logit|
+};
+
+class GgufModelsAgainstLlamaCpp : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GgufModelsAgainstLlamaCpp, LogitsAndGreedyTokensMatch) {
+  const Case& c = GetParam();
+  const nlohmann::json& expected = reference()["models"][c.file];
+  ASSERT_FALSE(expected.is_null()) << c.file << " is not in logits.json";
+  const std::vector<index_t> prompt = reference()["prompt"].get<std::vector<index_t>>();
+  const ModelFile model(c.file);
+  const GgufFile file(model.path);
+  const bool llama = c.file.starts_with("llama");
+  const Tensor<float, 3> logits = llama ? logits_of<LlamaModel<float>>(file, prompt)
+                                        : logits_of<GPT2Model<float>>(file, prompt);
+  const Agreement agreement = compare(logits, expected["logits"]);
+  EXPECT_LE(agreement.max_error, c.bound * agreement.scale)
+      << c.file << ": max |Δ| " << agreement.max_error << " of logits up to " << agreement.scale;
+  EXPECT_EQ(agreement.argmax_disagreements, 0) << c.file;
+  const auto steps = static_cast<int>(expected["greedy"].size());
+  const std::vector<index_t> tokens = llama ? greedy<LlamaModel<float>>(file, prompt, steps)
+                                            : greedy<GPT2Model<float>>(file, prompt, steps);
+  EXPECT_EQ(tokens, expected["greedy"].get<std::vector<index_t>>()) << c.file;
+}
+
+// Measured (max |Δlogit| / max |logit|, make_fixtures.sh's run): llama f32 7.6e-7, gpt2 f32
+// 1.1e-4, llama q8_0 1.3e-2, llama q4_K_M 1.9e-2, gpt2 q8_0 6.5e-3. f32 LLaMA differs only in
+// summation order (llama.cpp's SIMD dot products against dissect's GEMM), a few float ulps.
+// GPT-2 more: ggml computes GELU from a table indexed by the input rounded to fp16 (2⁻¹¹
+// relative), dissect from the input itself. The quantised files: llama.cpp rounds every
+// activation to q8_0 (q8_K for the K-quants) before each dot product with a quantised weight,
+// half a step of 127 levels per block, through two layers; dissect multiplies the dequantised
+// float weights by float activations. The bounds leave about 2× (quantised) to 10× (f32).
+INSTANTIATE_TEST_SUITE_P(Files, GgufModelsAgainstLlamaCpp,
+                         ::testing::Values(Case{"llama_f32.gguf", 1e-5},
+                                           Case{"gpt2_f32.gguf", 5e-4},
+                                           Case{"llama_q8_0.gguf", 3e-2},
+                                           Case{"llama_q4_k_m.gguf", 4e-2},
+                                           Case{"gpt2_q8_0.gguf", 2e-2}),
+                         [](const auto& info) {
+                           std::string name = info.param.file.substr(0, info.param.file.size() - 5);
+                           std::replace(name.begin(), name.end(), '.', '_');
+                           return name;
+                         });
+
+TEST(GgufModels, LlamaCppsQuantisedBytesAreDissectsQuantisationOfTheF32Weights) {
+  // The committed files are llama_model_quantize's output for the f32 model made here: every
+  // tensor's bytes must be dissect's quantize_ggml of the f32 tensor, in the type llama.cpp chose.
+  for (const std::string name : {"llama_q8_0.gguf", "llama_q4_k_m.gguf", "gpt2_q8_0.gguf"}) {
+    const ModelFile f32(name.starts_with("llama") ? "llama_f32.gguf" : "gpt2_f32.gguf");
+    const GgufFile source(f32.path);
+    const GgufFile quantised(fixtures / name);
+    ASSERT_EQ(quantised.tensors().size(), source.tensors().size()) << name;
+    for (const GgufTensorInfo& info : quantised.tensors()) {
+      const std::vector<float> values = source.dequantize(info.name);
+      const std::vector<std::byte> ours = quantize_ggml(info.type, values);
+      const std::span<const std::byte> theirs = quantised.bytes(info.name);
+      ASSERT_EQ(ours.size(), theirs.size()) << name << " " << info.name;
+      EXPECT_EQ(std::memcmp(ours.data(), theirs.data(), ours.size()), 0)
+          << name << ": " << info.name << " (" << ggml_type_name(info.type) << ")";
+    }
+  }
+}
+
+TEST(GgufModels, RotaryRowsGoBackToHuggingFacesOrder) {
+  // llama.cpp's converter: w.reshape(H, 2, d_k/2, in).swapaxes(1, 2): file row h·d_k + 2i + j
+  // holds Hugging Face row h·d_k + j·d_k/2 + i. Apply it to row numbers and undo it.
+  const index_t heads = 3, dk = 8;
+  std::vector<index_t> file_rows(static_cast<std::size_t>(heads * dk));
+  for (index_t h = 0; h < heads; ++h) {
+    for (index_t j = 0; j < 2; ++j) {
+      for (index_t i = 0; i < dk / 2; ++i) {
+        file_rows[static_cast<std::size_t>(h * dk + 2 * i + j)] = h * dk + j * dk / 2 + i;
+      }
+    }
+  }
+  for (index_t r = 0; r < heads * dk; ++r) {
+    EXPECT_EQ(file_rows[static_cast<std::size_t>(detail::gguf_rotary_source_row(r, dk))], r);
+  }
+}
+
+TEST(GgufModels, AFileOfTheOtherFamilyIsRefused) {
+  TemporaryDirectory directory;
+  testing::write_random_gguf_model(directory / "g.gguf", ModelFamily::gpt2, GgmlType::q8_0);
+  const GgufFile file(directory / "g.gguf");
+  EXPECT_THROW((void)load_gguf_model<LlamaModel<float>>(file), ConfigError);
+}
+
+}  // namespace test_gguf_models
+}  // namespace dissect
