@@ -168,13 +168,7 @@ class GgufFile {
   Tensor<float, Rank> load(std::string_view name) const;
 
  private:
-  struct Storage {
-    detail::MappedFile mapped;
-    std::vector<std::byte> owned;
-    std::span<const std::byte> bytes() const {
-      return owned.empty() ? mapped.bytes() : std::span<const std::byte>(owned);
-    }
-  };
+  using Storage = detail::FileBytes;
   GgufFile(Storage storage, std::filesystem::path path);
   void parse();
 

@@ -99,13 +99,7 @@ class SafetensorsFile {
   ConstTensorView<Scalar, Rank> view(std::string_view name) const;
 
  private:
-  struct Storage {
-    detail::MappedFile mapped;
-    std::vector<std::byte> owned;
-    std::span<const std::byte> bytes() const {
-      return owned.empty() ? mapped.bytes() : std::span<const std::byte>(owned);
-    }
-  };
+  using Storage = detail::FileBytes;
 
   SafetensorsFile(Storage storage, std::filesystem::path path);
   void parse();

@@ -25,6 +25,7 @@
 #include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "dissect/error.hpp"
 
@@ -97,6 +98,16 @@ class MappedFile {
 
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
+};
+
+/// A file's bytes as a reader parses them: mapped from disk, or held in memory (the readers'
+/// from_bytes, which fuzzers and tests use).
+struct FileBytes {
+  MappedFile mapped;
+  std::vector<std::byte> owned;
+  std::span<const std::byte> bytes() const {
+    return owned.empty() ? mapped.bytes() : std::span<const std::byte>(owned);
+  }
 };
 
 }  // namespace dissect::detail
