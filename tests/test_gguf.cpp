@@ -325,6 +325,14 @@ TEST(GgufCorrupt, TensorRecordsLie) {
   }
 }
 
+TEST(GgufRead, AnEmptyTensorMayLieAnywhere) {
+  // It reads no byte, so its (aligned) offset is not held against the file's size.
+  const GgufFile file = GgufFile::from_bytes(
+      Builder().header(1, 0).tensor("e", {0, 4}, 0, 1u << 20).pad().out, "empty.gguf");
+  EXPECT_TRUE(file.bytes("e").empty());
+  EXPECT_TRUE(file.dequantize("e").empty());
+}
+
 TEST(GgufCorrupt, EveryTruncationOfARealFileIsRefused) {
   // llama.cpp's own file cut at every length through its records, and at a few in its data:
   // each must be a FormatError, never a read past the end.

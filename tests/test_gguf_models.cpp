@@ -10,12 +10,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "dissect/io/gguf.hpp"
+#include "dissect/io/gguf_quantize.hpp"
 #include "dissect/io/gguf_weights.hpp"
 #include "support/gguf_models.hpp"
 #include "support/io_testing.hpp"
@@ -166,6 +168,74 @@ TEST(GgufModels, LlamaCppsQuantisedBytesAreDissectsQuantisationOfTheF32Weights) 
           << name << ": " << info.name << " (" << ggml_type_name(info.type) << ")";
     }
   }
+}
+
+// ---- quantize_gguf: llama_model_quantize's files, byte for byte ------------------------------
+
+std::uint64_t fnv1a64(const std::vector<std::byte>& bytes) {
+  std::uint64_t hash = 0xcbf29ce484222325ull;
+  for (const std::byte b : bytes) hash = (hash ^ static_cast<std::uint8_t>(b)) * 0x100000001b3ull;
+  return hash;
+}
+
+std::string hex(std::uint64_t value) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string text(16, '0');
+  for (int i = 15; i >= 0; --i, value >>= 4) text[static_cast<std::size_t>(i)] = digits[value & 15];
+  return text;
+}
+
+/// dissect's quantize_gguf of the f32 model of `family` by `recipe`, as bytes.
+std::vector<std::byte> quantized_by_dissect(const std::string& family, GgufRecipe recipe) {
+  const ModelFile f32(family + "_f32.gguf");
+  TemporaryDirectory directory;
+  quantize_gguf(GgufFile(f32.path), directory / "out.gguf", recipe);
+  return testing::read_file(directory / "out.gguf");
+}
+
+TEST(GgufQuantize, GivesLlamaCppsCommittedFilesByteForByte) {
+  EXPECT_EQ(quantized_by_dissect("llama", GgufRecipe::q8_0),
+            testing::read_file(fixtures / "llama_q8_0.gguf"));
+  EXPECT_EQ(quantized_by_dissect("llama", GgufRecipe::q4_k_m),
+            testing::read_file(fixtures / "llama_q4_k_m.gguf"));
+  EXPECT_EQ(quantized_by_dissect("gpt2", GgufRecipe::q8_0),
+            testing::read_file(fixtures / "gpt2_q8_0.gguf"));
+}
+
+TEST(GgufQuantize, GivesLlamaCppsOtherRecipesByDigest) {
+  std::ifstream in(fixtures / "quantized_digests.json");
+  const nlohmann::json digests = nlohmann::json::parse(in)["files"];
+  ASSERT_EQ(digests.size(), 5u);
+  for (const auto& [file, expected] : digests.items()) {
+    const std::string family = file.substr(0, file.find('_'));
+    const std::string recipe = file.substr(family.size() + 1, file.size() - family.size() - 6);
+    const std::vector<std::byte> bytes =
+        quantized_by_dissect(family, gguf_recipe_from_name(recipe));
+    EXPECT_EQ(bytes.size(), expected["bytes"].get<std::size_t>()) << file;
+    EXPECT_EQ(hex(fnv1a64(bytes)), expected["fnv1a64"].get<std::string>()) << file;
+  }
+}
+
+TEST(GgufQuantize, RefusesWhatLlamaCppWouldNotReproduce) {
+  TemporaryDirectory directory;
+  try {
+    quantize_gguf(GgufFile(fixtures / "llama_q8_0.gguf"), directory / "again.gguf",
+                  GgufRecipe::q4_k_m);
+    FAIL() << "no throw";
+  } catch (const Error& error) {
+    EXPECT_TRUE(testing::contains(error.what(), "is already q8_0"));
+  }
+  EXPECT_FALSE(std::filesystem::exists(directory / "again.gguf"));
+  EXPECT_EQ(gguf_recipe_from_name("Q4_K_M"), GgufRecipe::q4_k_m);
+  EXPECT_THROW(gguf_recipe_from_name("q3_k_xl"), ConfigError);
+  EXPECT_TRUE(detail::use_more_bits(1, 2));
+  EXPECT_FALSE(detail::use_more_bits(0, 2));
+  // LLaMA-7B's 32 layers: 0–3, 28–31 and every third from 6.
+  std::vector<index_t> more;
+  for (index_t layer = 0; layer < 32; ++layer) {
+    if (detail::use_more_bits(layer, 32)) more.push_back(layer);
+  }
+  EXPECT_EQ(more, (std::vector<index_t>{0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31}));
 }
 
 TEST(GgufModels, RotaryRowsGoBackToHuggingFacesOrder) {

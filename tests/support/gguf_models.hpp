@@ -81,11 +81,12 @@ inline void write_random_gguf_model(const std::filesystem::path& path, ModelFami
         piece(std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">", 0, 6);
       }
     } else {
+      int shifted = 0;
       for (int b = 0; b < 256; ++b) {
         // GPT-2's byte-to-symbol map: printable Latin-1 bytes as themselves, the rest moved
         // to U+0100 onwards, each written as UTF-8.
         const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
-        static int shifted = 0;
+
         const int code = printable ? b : 256 + shifted++;
         std::string utf8;
         if (code < 0x80) {

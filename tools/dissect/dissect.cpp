@@ -5,6 +5,8 @@
 //   dissect generate CHECKPOINT|FILE.gguf (--prompt TEXT | --tokens 464,2068,…) [--max-new-tokens
 //   N]
 //                    [--temperature T] [--top-k K] [--seed S]
+//   dissect quantize IN OUT --format bf16|int8|q4
+//   dissect quantize IN.gguf OUT.gguf --format q8_0|q4_0|q6_k|q4_k_m|q5_k_m
 //   dissect tokenize (--tokenizer FILE | DIR) (--text T | --file F | --decode 1,2,3) [--no-special]
 //                    [--json]
 //
@@ -46,6 +48,7 @@
 #include "dissect/budget.hpp"
 #include "dissect/count.hpp"
 #include "dissect/io/checkpoint.hpp"
+#include "dissect/io/gguf_quantize.hpp"
 #include "dissect/io/gguf_weights.hpp"
 #include "dissect/io/hf_config.hpp"
 #include "dissect/io/hf_names.hpp"
@@ -556,6 +559,7 @@ int generate(const GenerateOptions& o) {
 struct QuantizeOptions {
   fs::path input, output;
   dissect::WeightFormat format = dissect::WeightFormat::int8;
+  std::optional<dissect::GgufRecipe> recipe;  ///< set: GGUF in, GGUF out, llama.cpp's recipe
 };
 
 template <class Model>
@@ -596,7 +600,31 @@ void refuse_overwriting_the_input(const dissect::DetectedCheckpoint& source, con
   }
 }
 
+// GGUF to GGUF, as llama.cpp's llama_model_quantize writes it (io/gguf_quantize.hpp).
+int quantize_gguf_file(const QuantizeOptions& o) {
+  if (dissect::io::same_file(o.input, o.output)) {
+    throw dissect::ConfigError(
+        dissect::concat("quantize: output ", o.output.string(), " is the input file"));
+  }
+  const dissect::GgufFile in(o.input);
+  dissect::quantize_gguf(in, o.output, *o.recipe);
+  const dissect::GgufFile out(o.output);
+  std::map<std::string, index_t> types;
+  for (const dissect::GgufTensorInfo& info : out.tensors()) {
+    ++types[dissect::ggml_type_name(info.type)];
+  }
+  std::cout << "quantized   " << o.input.string() << " by llama.cpp's "
+            << dissect::gguf_recipe_name(*o.recipe) << " recipe (general.file_type "
+            << dissect::gguf_recipe_file_type(*o.recipe) << "):";
+  for (const auto& [type, count] : types) std::cout << " " << count << " " << type;
+  std::cout << "\nfile        " << o.output.string() << ", "
+            << dissect::format_count(static_cast<index_t>(fs::file_size(o.output))) << " B (was "
+            << dissect::format_count(static_cast<index_t>(fs::file_size(o.input))) << " B)\n";
+  return exit_ok;
+}
+
 int quantize(const QuantizeOptions& o) {
+  if (o.recipe) return quantize_gguf_file(o);
   const dissect::DetectedCheckpoint source = dissect::detect_checkpoint(o.input);
   refuse_overwriting_the_input(source, o.output);
   return dissect::visit_model(
@@ -682,7 +710,10 @@ int run(int argc, char** argv) {
   quantize_command->add_option("output", quantize_options.output, "the .safetensors to write")
       ->required();
   std::string format;
-  quantize_command->add_option("--format", format, "bf16, int8 or q4 (q4_0: in_features % 32 == 0)")
+  quantize_command
+      ->add_option("--format", format,
+                   "bf16, int8 or q4 (q4_0: in_features % 32 == 0); for a .gguf: q8_0, q4_0, "
+                   "q6_k, q4_k_m or q5_k_m (llama.cpp's recipes)")
       ->required();
 
   // CLI11 would call an unknown word a missing subcommand; name it instead.
@@ -715,8 +746,20 @@ int run(int argc, char** argv) {
     return dissect::tools::tokenize(tokenize_options);
   }
   if (quantize_command->parsed()) {
+    const bool gguf_in = tools::is_gguf_file(quantize_options.input);
+    const bool gguf_out = quantize_options.output.extension() == ".gguf";
+    if (gguf_in != gguf_out) {
+      throw dissect::ConfigError(dissect::concat(
+          "quantize: ", gguf_in ? "a GGUF input is written as GGUF (OUT.gguf)"
+                                : "a GGUF output needs a GGUF input (dissect does not convert "
+                                  "safetensors to GGUF yet)"));
+    }
     try {
-      quantize_options.format = dissect::weight_format_from_name(format);
+      if (gguf_in) {
+        quantize_options.recipe = dissect::gguf_recipe_from_name(format);
+      } else {
+        quantize_options.format = dissect::weight_format_from_name(format);
+      }
     } catch (const dissect::Error& error) {
       throw dissect::ConfigError(dissect::concat("--format: ", error.what()));
     }

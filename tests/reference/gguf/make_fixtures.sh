@@ -12,6 +12,9 @@
 #                      tests make the f32 files themselves, so they are not committed)
 #   logits.json        make_logits.mjs: llama.cpp's logits for a fixed prompt on all five files,
 #                      and its greedy continuation
+#   quantized_digests.json
+#                      the size and FNV-1a 64 digest of llama_model_quantize's q4_0, q6_k and
+#                      q5_k_m LLaMA and q4_k_m and q4_0 GPT-2 files (not committed themselves)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
@@ -38,6 +41,26 @@ for arch in llama gpt2; do "$build/make_gguf" "$build/${arch}_f32.gguf" "$arch" 
 "$build/quantize_with_llama" "$build/llama_f32.gguf" "$here/llama_q8_0.gguf" q8_0
 "$build/quantize_with_llama" "$build/llama_f32.gguf" "$here/llama_q4_k_m.gguf" q4_k_m
 "$build/quantize_with_llama" "$build/gpt2_f32.gguf" "$here/gpt2_q8_0.gguf" q8_0
+# The other recipes' files are not committed, only their FNV-1a 64 digests: quantize_gguf must
+# reproduce them byte for byte.
+digests=()
+for spec in llama:q4_0 llama:q6_k llama:q5_k_m gpt2:q4_k_m gpt2:q4_0; do
+  arch=${spec%%:*} recipe=${spec#*:}
+  "$build/quantize_with_llama" "$build/${arch}_f32.gguf" "$build/${arch}_${recipe}.gguf" "$recipe"
+  digests+=("$build/${arch}_${recipe}.gguf")
+done
+node -e '
+  const fs = require("fs"), path = require("path");
+  const out = {generator: "make_fixtures.sh (llama_model_quantize through quantize_with_llama.cpp)",
+               hash: "FNV-1a 64 of the whole file, hex", files: {}};
+  for (const file of process.argv.slice(2)) {
+    let h = 0xcbf29ce484222325n;
+    for (const byte of fs.readFileSync(file)) h = ((h ^ BigInt(byte)) * 0x100000001b3n) & 0xffffffffffffffffn;
+    const bytes = fs.statSync(file).size;
+    out.files[path.basename(file)] = {bytes, fnv1a64: h.toString(16).padStart(16, "0")};
+  }
+  fs.writeFileSync(process.argv[1], JSON.stringify(out, null, 1) + "\n");
+' "$here/quantized_digests.json" "${digests[@]}"
 LLAMA_PACKAGES=$prefix node "$here/make_logits.mjs" "$here/logits.json" \
     "$build/llama_f32.gguf" "$build/gpt2_f32.gguf" "$here/llama_q8_0.gguf" \
     "$here/llama_q4_k_m.gguf" "$here/gpt2_q8_0.gguf"

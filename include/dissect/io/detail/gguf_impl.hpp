@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <type_traits>
 #include <utility>
 
 namespace dissect {
@@ -66,11 +67,13 @@ class GgufReader {
     throw FormatError(concat("GgufFile: ", path_.string(), ": ", what));
   }
 
-  template <class T>
-  T read(std::string_view field) {
+  /// The next T; `field` (a string, or a callable giving one, so that reading a vocabulary's
+  /// 10⁵ values builds no message unless one fails) names it in the error.
+  template <class T, class Field>
+  T read(const Field& field) {
     if (remaining() < sizeof(T)) {
-      fail(concat(field, " at byte ", position_, " needs ", sizeof(T), " bytes, but the file ",
-                  "ends ", remaining(), " bytes later (truncated)"));
+      fail(concat(name_of(field), " at byte ", position_, " needs ", sizeof(T),
+                  " bytes, but the file ends ", remaining(), " bytes later (truncated)"));
     }
     T value;
     std::memcpy(&value, bytes_.data() + position_, sizeof(T));  // little-endian hosts only
@@ -78,10 +81,11 @@ class GgufReader {
     return value;
   }
 
-  std::string read_string(std::string_view field) {
+  template <class Field>
+  std::string read_string(const Field& field) {
     const auto length = read<std::uint64_t>(field);
     if (length > remaining()) {
-      fail(concat(field, ": a string of ", length, " bytes at byte ", position_ - 8,
+      fail(concat(name_of(field), ": a string of ", length, " bytes at byte ", position_ - 8,
                   " is longer than the ", remaining(), " bytes left in the file"));
     }
     std::string text(reinterpret_cast<const char*>(bytes_.data() + position_),
@@ -99,7 +103,7 @@ class GgufReader {
   }
 
   GgufValue read_value(GgufType type, const std::string& key, int depth) {
-    const std::string field = concat("metadata \"", key, "\"");
+    const auto field = [&key] { return concat("metadata \"", key, "\""); };
     switch (type) {
       case GgufType::u8:
         return read<std::uint8_t>(field);
@@ -117,7 +121,7 @@ class GgufReader {
         return read<float>(field);
       case GgufType::boolean: {
         const auto raw = read<std::uint8_t>(field);
-        if (raw > 1) fail(concat(field, " is a bool stored as ", int{raw}, ", not 0 or 1"));
+        if (raw > 1) fail(concat(field(), " is a bool stored as ", int{raw}, ", not 0 or 1"));
         return raw == 1;
       }
       case GgufType::string:
@@ -130,12 +134,12 @@ class GgufReader {
         return read<double>(field);
       case GgufType::array: {
         if (depth >= GgufFile::max_array_depth) {
-          fail(concat(field, " nests arrays more than ", GgufFile::max_array_depth, " deep"));
+          fail(concat(field(), " nests arrays more than ", GgufFile::max_array_depth, " deep"));
         }
-        const GgufType element = read_type(concat(field, "'s element type"));
-        const auto count = read<std::uint64_t>(concat(field, "'s element count"));
+        const GgufType element = read_type(concat(field(), "'s element type"));
+        const auto count = read<std::uint64_t>([&] { return concat(field(), "'s element count"); });
         if (count > remaining() / std::max<std::size_t>(1, gguf_min_size(element))) {
-          fail(concat(field, " claims ", count, " elements of ",
+          fail(concat(field(), " claims ", count, " elements of ",
                       gguf_type_names[static_cast<std::size_t>(element)], ", more than the ",
                       remaining(), " bytes left in the file can hold"));
         }
@@ -146,15 +150,16 @@ class GgufReader {
         return GgufValue::array(element, std::move(elements));
       }
     }
-    fail(concat(field, ": unreachable value type"));
+    fail(concat(field(), ": unreachable value type"));
   }
 
-  void skip_to(std::size_t offset, std::string_view what) {
-    if (offset > bytes_.size()) {
-      fail(concat(what, " starts at byte ", offset, ", beyond the file's ", bytes_.size(),
-                  " bytes"));
+  template <class Field>
+  static std::string name_of(const Field& field) {
+    if constexpr (std::is_invocable_v<const Field&>) {
+      return field();
+    } else {
+      return std::string(field);
     }
-    position_ = offset;
   }
 
  private:
@@ -498,6 +503,8 @@ inline const GgufTensorInfo& GgufFile::info(std::string_view name) const {
 
 inline std::span<const std::byte> GgufFile::bytes(std::string_view name) const {
   const GgufTensorInfo& tensor = info(name);
+  // An empty tensor's offset is never checked against the file (it reads nothing): no subspan.
+  if (tensor.bytes == 0) return {};
   return storage_.bytes().subspan(static_cast<std::size_t>(data_offset_ + tensor.offset),
                                   static_cast<std::size_t>(tensor.bytes));
 }
