@@ -3,13 +3,17 @@
 // for the llama.cpp reference files (tests/reference/gguf/make_fixtures.sh).
 //
 //   make_gguf OUT ARCH TYPE [SEED]
+//   make_gguf OUT vocab NAME PACKAGES
 //
 // ARCH is llama or gpt2; TYPE the ggml type of the 2-D weights (f32, f16, q8_0, q4_0, q4_K, …);
-// SEED defaults to 1. Exit status 0, or 1 with a message.
+// SEED defaults to 1. The second form writes tests/support/vocab_gguf.hpp's vocabulary-only
+// file of tokenizer NAME (llama2, gpt2, llama3, qwen3), read from PACKAGES (.deps/npm). Exit
+// status 0, or 1 with a message.
 #include <iostream>
 #include <string>
 
 #include "support/gguf_models.hpp"
+#include "support/vocab_gguf.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 4 || argc > 5) {
@@ -19,6 +23,16 @@ int main(int argc, char** argv) {
   try {
     using namespace dissect;
     const std::string arch = argv[2];
+    if (arch == "vocab") {
+      if (argc != 5) throw Error("usage: make_gguf OUT vocab NAME PACKAGES");
+      for (const auto& spec : testing::vocab_ggufs()) {
+        if (spec.name == argv[3]) {
+          testing::write_vocab_gguf(spec, argv[4], argv[1]);
+          return 0;
+        }
+      }
+      throw Error(std::string("no vocabulary ") + argv[3]);
+    }
     if (arch != "llama" && arch != "gpt2") throw Error("ARCH must be llama or gpt2");
     testing::write_random_gguf_model(argv[1], family_from_name(arch, "make_gguf"),
                                      ggml_type_from_name(argv[3]),

@@ -2,8 +2,8 @@
 //
 //   dissect inspect CHECKPOINT [--gpu-memory 24GB] [--context T] [--json]
 //   dissect inspect FILE.gguf [--json]
-//   dissect generate CHECKPOINT|FILE.gguf (--prompt TEXT | --tokens 464,2068,…) [--max-new-tokens
-//   N]
+//   dissect generate CHECKPOINT|FILE.gguf (--prompt TEXT | --tokens 464,2068,…) [--ids]
+//   [--max-new-tokens N]
 //                    [--temperature T] [--top-k K] [--seed S]
 //   dissect quantize IN OUT --format bf16|int8|q4
 //   dissect quantize IN.gguf OUT.gguf --format q8_0|q4_0|q6_k|q4_k_m|q5_k_m
@@ -55,6 +55,7 @@
 #include "dissect/io/model_file.hpp"
 #include "dissect/io/open_model.hpp"
 #include "dissect/models/generate.hpp"
+#include "dissect/text/gguf_tokenizer.hpp"
 #include "tools/common/byte_vocab.hpp"
 #include "tools/common/parse.hpp"
 #include "tools/common/table.hpp"
@@ -415,6 +416,7 @@ struct GenerateOptions {
   double temperature = 0.8;
   index_t top_k = 0;
   std::uint64_t seed = 0;
+  bool print_ids = false;  ///< --ids: the prompt's and the new tokens' ids, not their text
 };
 
 /// The ids of `text` in a byte vocabulary (train_gpt's checkpoints).
@@ -484,13 +486,13 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
   // goes through the stream first, so that decoders that look at context (LLaMA's first-space
   // Strip) treat the continuation as the middle of the text it is.
   std::optional<dissect::text::DecodeStream> stream;
-  if (!vocab && tokenizer) {
+  if (!vocab && tokenizer && !o.print_ids) {
     stream.emplace(*tokenizer);
     std::string prompt_text;
     for (const index_t id : prompt) prompt_text += stream->push(static_cast<std::int32_t>(id));
     if (!o.prompt) std::cout << prompt_text;
   }
-  if (o.prompt) {
+  if (o.prompt && !o.print_ids) {
     std::cout << *o.prompt;
   } else if (!stream) {
     for (std::size_t i = 0; i < prompt.size(); ++i) std::cout << (i ? "," : "") << prompt[i];
@@ -503,7 +505,7 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
   const auto stats = dissect::generate(model, prompt, options, [&](index_t id) {
     if (stream && id < static_cast<index_t>(tokenizer->vocab_size())) {
       std::cout << stream->push(static_cast<std::int32_t>(id));
-    } else if (vocab && id < static_cast<index_t>(vocab->bytes.size())) {
+    } else if (vocab && !o.print_ids && id < static_cast<index_t>(vocab->bytes.size())) {
       std::cout << static_cast<char>(vocab->bytes[static_cast<std::size_t>(id)]);
     } else {
       std::cout << ',' << id;
@@ -520,22 +522,32 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
 }
 
 // A GGUF file: its config from the metadata, checked against every tensor before anything else;
-// its weights dequantised to float (the GGUF tokenizer is not read yet: --tokens only).
+// its tokenizer from tokenizer.ggml.* (llama.cpp's, text/gguf_tokenizer.hpp); its weights
+// dequantised to float.
 int generate_gguf(const GenerateOptions& o) {
   const dissect::GgufFile file(o.checkpoint);
   const dissect::HfConfig model = dissect::read_gguf_config(file);
-  if (o.prompt) {
-    throw dissect::ConfigError(dissect::concat("--prompt: ", o.checkpoint.string(),
-                                               " is a GGUF file, whose tokenizer dissect does not "
-                                               "read yet; give token ids with --tokens"));
+  std::optional<dissect::text::Tokenizer> tokenizer;
+  if (dissect::text::gguf_has_tokenizer(file)) {
+    try {
+      tokenizer = dissect::text::tokenizer_from_gguf(file);
+    } catch (const dissect::ConfigError& error) {
+      // A tokenizer dissect does not implement stops --prompt; --tokens prints ids instead.
+      if (o.prompt) throw dissect::ConfigError(dissect::concat("--prompt: ", error.what()));
+    }
   }
-  const std::vector<index_t> prompt = prompt_ids(o, model.config, std::nullopt, std::nullopt);
+  if (o.prompt && !tokenizer) {
+    throw dissect::ConfigError(dissect::concat("--prompt: ", o.checkpoint.string(),
+                                               " carries no tokenizer (tokenizer.ggml.model); "
+                                               "give token ids with --tokens"));
+  }
+  const std::vector<index_t> prompt = prompt_ids(o, model.config, std::nullopt, tokenizer);
   if (model.family == dissect::ModelFamily::llama) {
     const auto llama = dissect::load_gguf_model<dissect::LlamaModel<float>>(file);
-    return run_generation(llama, prompt, std::nullopt, std::nullopt, o);
+    return run_generation(llama, prompt, std::nullopt, tokenizer, o);
   }
   const auto gpt2 = dissect::load_gguf_model<dissect::GPT2Model<float>>(file);
-  return run_generation(gpt2, prompt, std::nullopt, std::nullopt, o);
+  return run_generation(gpt2, prompt, std::nullopt, tokenizer, o);
 }
 
 int generate(const GenerateOptions& o) {
@@ -667,7 +679,8 @@ int run(int argc, char** argv) {
       ->required();
   auto* prompt = generate_command->add_option(
       "--prompt", generate_options.prompt,
-      "text (the checkpoint's tokenizer.json or vocab.json + merges.txt encodes it)");
+      "text (the checkpoint's tokenizer.json or vocab.json + merges.txt, or a GGUF file's own "
+      "tokenizer, encodes it)");
   auto* tokens = generate_command->add_option("--tokens", generate_options.tokens,
                                               "token ids, plain decimal integers >= 0: 464,2068,…");
   prompt->excludes(tokens);
@@ -680,6 +693,8 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   generate_command->add_option("--seed", seed, "an integer in [0, 2^64 - 1]")
       ->capture_default_str();
+  generate_command->add_flag("--ids", generate_options.print_ids,
+                             "print the prompt's and the new tokens' ids, not their text");
 
   dissect::tools::TokenizeOptions tokenize_options;
   auto* tokenize_command = app.add_subcommand(

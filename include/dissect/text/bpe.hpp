@@ -97,7 +97,28 @@ class BpeModel {
     if (merged < 0)
       throw FormatError(
           concat(where(), ": \"", joined, "\", the merge's result, is not in the vocabulary"));
-    merges_.insert(a, b, {static_cast<std::int32_t>(merge_count_++), merged});
+    merges_.insert(a, b, {static_cast<std::int32_t>(next_rank_++), merged});
+    ++merge_count_;
+  }
+
+  /// Adds the merge `left` + `right` at `rank`, which other merges may share: SentencePiece
+  /// ranks merges by the score of the token they make, so every split of one token ranks
+  /// alike, and equal ranks go leftmost first as in its own merge loop.
+  /// @throws FormatError as add_merge, or for a negative rank.
+  void add_ranked_merge(std::string_view left, std::string_view right, std::int32_t rank,
+                        const Where& where) {
+    if (rank < 0) throw FormatError(concat(where(), ": merge rank ", rank, " is negative"));
+    const std::int32_t a = file_form_.find(left), b = file_form_.find(right);
+    if (a < 0) throw FormatError(concat(where(), ": \"", left, "\" is not in the vocabulary"));
+    if (b < 0) throw FormatError(concat(where(), ": \"", right, "\" is not in the vocabulary"));
+    joined_.assign(left).append(right);
+    const std::int32_t merged = file_form_.find(joined_);
+    if (merged < 0)
+      throw FormatError(
+          concat(where(), ": \"", joined_, "\", the merge's result, is not in the vocabulary"));
+    merges_.insert(a, b, {rank, merged});
+    next_rank_ = std::max<std::size_t>(next_rank_, static_cast<std::size_t>(rank) + 1);
+    ++merge_count_;
   }
 
   /// Completes the model once every token and merge is in.
@@ -140,6 +161,7 @@ class BpeModel {
   std::size_t id_limit() const { return tokens_.size(); }
   /// How many tokens the vocabulary holds.
   std::size_t token_count() const { return file_form_.size(); }
+  /// How many merges were added.
   std::size_t merge_count() const { return merge_count_; }
   /// The token with `id` as the file writes it, or nothing for a gap or an id past the end.
   const std::string* token(std::int32_t id) const {
@@ -408,7 +430,8 @@ class BpeModel {
   detail::StringTable piece_form_;  ///< byte-level: raw bytes → id (else file_form_ serves)
   detail::PairTable merges_;
   std::size_t merge_count_ = 0;
-  std::string joined_;  ///< scratch for add_merge
+  std::size_t next_rank_ = 0;  ///< add_merge's: one past the largest rank so far
+  std::string joined_;         ///< scratch for add_merge
   std::int32_t unk_id_ = -1;
   std::uint64_t identity_ = 0;      ///< set by finish(): which model a thread's PieceCache holds
   std::int32_t byte_ids_[256];      ///< the token of each single byte (byte-level; ASCII otherwise)

@@ -53,9 +53,12 @@ inline std::string ascii_caseless_group(std::string_view content) {
 
 }  // namespace detail
 
-/// A tokenizer.json pattern as PCRE2 reads it with JavaScript's meaning (see the top).
+/// A tokenizer.json pattern as PCRE2 reads it with JavaScript's meaning (see the top), \s and
+/// \S spelled as the class members `space_members` (JavaScript's unless another engine's
+/// whitespace is wanted: llama.cpp's, gguf_tokenizer.hpp).
 /// @throws ConfigError naming `where` for a \S inside a character class (no PCRE2 spelling).
-inline std::string to_pcre2_pattern(std::string_view pattern, std::string_view where) {
+inline std::string to_pcre2_pattern(std::string_view pattern, std::string_view where,
+                                    std::string_view space_members = detail::js_space_members) {
   std::string out;
   out.reserve(pattern.size() + 64);
   bool in_class = false;
@@ -64,13 +67,12 @@ inline std::string to_pcre2_pattern(std::string_view pattern, std::string_view w
     if (c == '\\' && i + 1 < pattern.size()) {
       const char next = pattern[++i];
       if (next == 's') {
-        out += in_class ? std::string(detail::js_space_members)
-                        : concat('[', detail::js_space_members, ']');
+        out += in_class ? std::string(space_members) : concat('[', space_members, ']');
       } else if (next == 'S') {
         if (in_class) {
           throw ConfigError(concat(where, ": \\S inside a character class is not supported"));
         }
-        out += concat("[^", detail::js_space_members, ']');
+        out += concat("[^", space_members, ']');
       } else {
         out += c;
         out += next;

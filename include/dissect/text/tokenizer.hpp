@@ -60,8 +60,39 @@ struct Encoding {
   std::vector<Span> offsets;
 };
 
+/// A tokenizer's pipeline in pieces, for one assembled by code instead of read from
+/// tokenizer.json (gguf_tokenizer.hpp builds llama.cpp's from a GGUF file's metadata).
+struct TokenizerParts {
+  std::string source;  ///< where it came from, for messages
+  std::optional<Normalizer> normalizer;
+  std::optional<PreTokenizer> pre_tokenizer;
+  BpeModel model;  ///< finished (BpeModel::finish)
+  std::optional<PostProcessor> post_processor;
+  std::optional<Decoder> decoder;
+  std::vector<AddedToken> added_tokens;  ///< ids of the model's vocabulary or beyond it
+  std::optional<std::int32_t> bos, eos;
+};
+
 class Tokenizer {
  public:
+  /// A tokenizer of `parts`.
+  /// @throws FormatError when two added tokens share an id, or one lies far beyond the
+  ///         vocabulary.
+  static Tokenizer from_parts(TokenizerParts parts) {
+    Tokenizer out;
+    out.source_ = std::move(parts.source);
+    out.normalizer_ = std::move(parts.normalizer);
+    out.pre_tokenizer_ = std::move(parts.pre_tokenizer);
+    out.model_ = std::move(parts.model);
+    out.post_ = std::move(parts.post_processor);
+    out.decoder_ = std::move(parts.decoder);
+    out.added_ = std::move(parts.added_tokens);
+    out.index_added_tokens();
+    out.bos_ = parts.bos;
+    out.eos_ = parts.eos;
+    return out;
+  }
+
   /// Reads a tokenizer.json's text; `source` (its path) starts every message.
   /// @throws FormatError (malformed JSON, a merge naming an unknown token, two tokens with one
   ///         id, ...) or ConfigError (a component dissect does not implement), naming the path.

@@ -12,9 +12,14 @@
 #                      tests make the f32 files themselves, so they are not committed)
 #   logits.json        make_logits.mjs: llama.cpp's logits for a fixed prompt on all five files,
 #                      and its greedy continuation
+#   tokenize/          make_tokenize.mjs: llama.cpp's tokenization of the tokenizer fixtures'
+#                      corpora with four real vocabularies as vocabulary-only GGUF files
+#                      (tests/support/vocab_gguf.hpp, through make_gguf; the tests write the
+#                      same files themselves from .deps/npm, so they are not committed)
 #   quantized_digests.json
 #                      the size and FNV-1a 64 digest of llama_model_quantize's q4_0, q6_k and
 #                      q5_k_m LLaMA and q4_k_m and q4_0 GPT-2 files (not committed themselves)
+# The vocabularies come from .deps/npm (scripts/install-tokenizers puts them there).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
@@ -64,4 +69,10 @@ node -e '
 LLAMA_PACKAGES=$prefix node "$here/make_logits.mjs" "$here/logits.json" \
     "$build/llama_f32.gguf" "$build/gpt2_f32.gguf" "$here/llama_q8_0.gguf" \
     "$here/llama_q4_k_m.gguf" "$here/gpt2_q8_0.gguf"
-ls -la "$here"/*.gguf "$here/logits.json"
+vocabs=()
+for name in llama2 gpt2 llama3 qwen3; do
+  "$build/make_gguf" "$build/vocab_$name.gguf" vocab "$name" "$repo/.deps/npm"
+  vocabs+=("$name=$build/vocab_$name.gguf")
+done
+LLAMA_PACKAGES=$prefix node "$here/make_tokenize.mjs" "$here/tokenize" "${vocabs[@]}"
+ls -la "$here"/*.gguf "$here/logits.json" "$here/tokenize"

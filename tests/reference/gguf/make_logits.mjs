@@ -28,7 +28,8 @@
 // chose.
 import fs from "node:fs";
 import path from "node:path";
-import {fileURLToPath, pathToFileURL} from "node:url";
+
+import {loadLlama} from "./llama_driver.mjs";
 
 const PROMPT = [1, 17, 200, 45, 3, 99, 150, 7];
 const GREEDY_STEPS = 8;
@@ -39,15 +40,6 @@ if (out == null || models.length === 0) {
   process.exit(2);
 }
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const packages = process.env.LLAMA_PACKAGES ?? path.resolve(here, "../../../.deps/llama");
-const driverDir = path.join(packages, "node_modules", "node-llama-cpp");
-if (!fs.existsSync(path.join(driverDir, "package.json"))) {
-  console.error(`node-llama-cpp is not installed in ${packages} (set LLAMA_PACKAGES)`);
-  process.exit(2);
-}
-const {getLlama} = await import(pathToFileURL(path.join(driverDir, "dist", "index.js")).href);
-const driverVersion = JSON.parse(fs.readFileSync(path.join(driverDir, "package.json"), "utf8")).version;
 
 // Index of the largest value; the first (lowest id) wins ties.
 function argmax(values) {
@@ -133,11 +125,10 @@ function toJson(value, indent = "") {
   return JSON.stringify(value);
 }
 
-const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
-const {repo, release} = llama.llamaCppRelease;
+const {llama, description} = await loadLlama();
 const result = {
   generator: "make_logits.mjs",
-  llama_cpp: `node-llama-cpp ${driverVersion} (${repo} ${release}, ${llama.buildType} binaries)`,
+  llama_cpp: description,
   prompt: PROMPT,
   models: {},
 };
