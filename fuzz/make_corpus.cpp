@@ -98,8 +98,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path out = argv[1];
-  for (const char* harness :
-       {"safetensors", "hf_config", "checkpoint_index", "model_file", "lora_file", "gguf"}) {
+  for (const char* harness : {"safetensors", "hf_config", "checkpoint_index", "model_file",
+                              "lora_file", "gguf", "gguf_tokenizer"}) {
     fs::create_directories(out / harness);
   }
   const fs::path scratch = fuzz::scratch_directory();
@@ -263,6 +263,51 @@ int main(int argc, char** argv) {
     const std::uint64_t count = std::uint64_t{1} << 62;  // after the key and the two type words
     std::memcpy(huge_array.data() + tokens + 6 + 8, &count, 8);
     write(dir / "corrupt_huge_array.gguf", huge_array);
+  }
+  // ---- GGUF tokenizers: a small SentencePiece and a small byte-level BPE vocabulary, as
+  // tokenizer.ggml.* (fuzz_gguf_tokenizer).
+  {
+    const fs::path dir = out / "gguf_tokenizer";
+    using Array = GgufValue::Array;
+    Array tokens{"<unk>", "<s>", "</s>"}, scores{0.0f, 0.0f, 0.0f},
+        types{std::int32_t{2}, std::int32_t{3}, std::int32_t{3}};
+    for (int b = 0; b < 256; ++b) {
+      static constexpr char hex[] = "0123456789ABCDEF";
+      tokens.emplace_back(std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">");
+      scores.emplace_back(0.0f);
+      types.emplace_back(std::int32_t{6});
+    }
+    for (const char* piece : {"\xe2\x96\x81", "a", "b", "ab",
+                              "\xe2\x96\x81"
+                              "a",
+                              "ba"}) {
+      tokens.emplace_back(piece);
+      scores.emplace_back(-static_cast<float>(tokens.size()));
+      types.emplace_back(std::int32_t{1});
+    }
+    save_gguf(dir / "spm.gguf",
+              std::vector<std::pair<std::string, GgufValue>>{
+                  {"tokenizer.ggml.model", "llama"},
+                  {"tokenizer.ggml.tokens", GgufValue::array(GgufType::string, tokens)},
+                  {"tokenizer.ggml.scores", GgufValue::array(GgufType::f32, scores)},
+                  {"tokenizer.ggml.token_type", GgufValue::array(GgufType::i32, types)},
+                  {"tokenizer.ggml.bos_token_id", std::uint32_t{1}},
+                  {"tokenizer.ggml.add_space_prefix", true}},
+              {});
+    save_gguf(
+        dir / "bpe.gguf",
+        std::vector<std::pair<std::string, GgufValue>>{
+            {"tokenizer.ggml.model", "gpt2"},
+            {"tokenizer.ggml.pre", "llama-bpe"},
+            {"tokenizer.ggml.tokens",
+             GgufValue::array(GgufType::string, Array{"a", "b", "ab", "\xc4\xa0", "<|end|>"})},
+            {"tokenizer.ggml.token_type",
+             GgufValue::array(GgufType::i32,
+                              Array{std::int32_t{1}, std::int32_t{1}, std::int32_t{1},
+                                    std::int32_t{1}, std::int32_t{3}})},
+            {"tokenizer.ggml.merges", GgufValue::array(GgufType::string, Array{"a b"})},
+            {"tokenizer.ggml.bos_token_id", std::uint32_t{4}}},
+        {});
   }
   std::error_code ignored;
   fs::remove_all(scratch, ignored);

@@ -1,0 +1,51 @@
+// fuzz/fuzz_gguf_tokenizer.cpp — libFuzzer harness for the tokenizer of a GGUF file
+// (dissect/text/gguf_tokenizer.hpp): the file is read in memory, its tokenizer.ggml.* metadata
+// built into a tokenizer, and the tokenizer run on fixed texts and on ids taken from the input.
+// Whatever the metadata says, the library may only refuse it with its own errors; a tokenizer
+// it builds must encode and decode without undefined behaviour.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dissect/text/gguf_tokenizer.hpp"
+#include "fuzz_support.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace dissect;
+  std::vector<std::byte> bytes(size);
+  if (size > 0) std::memcpy(bytes.data(), data, size);
+  fuzz::expect_only_dissect_errors([&] {
+    const GgufFile file = GgufFile::from_bytes(std::move(bytes), "fuzz.gguf");
+    if (!text::gguf_has_tokenizer(file)) return;
+    const text::Tokenizer tokenizer = text::tokenizer_from_gguf(file);
+    for (const std::string_view sample :
+         {std::string_view("Hello world! It's 2026, don't  you\tthink?\r\n"), std::string_view(""),
+          std::string_view("ab ba aba<s></s><|end|>\xC3\xA9\xE2\x96\x81\xF0\x9F\x98\x80")}) {
+      for (const bool special : {false, true}) {
+        try {
+          const auto ids = tokenizer.encode(sample, special);
+          for (const std::int32_t id : ids) {
+            fuzz::require(id >= 0 && static_cast<std::size_t>(id) < tokenizer.vocab_size(),
+                          "ids in the vocabulary");
+          }
+          (void)tokenizer.decode(ids);
+        } catch (const ConfigError&) {
+          // A symbol nothing in the vocabulary encodes: refused, as documented.
+        }
+      }
+    }
+    std::vector<std::int32_t> ids;
+    for (std::size_t i = 0; i + 1 < size && ids.size() < 64; i += 2) {
+      ids.push_back(static_cast<std::int32_t>(data[i] | (data[i + 1] << 8)) %
+                    static_cast<std::int32_t>(tokenizer.vocab_size() + 2));
+    }
+    try {
+      (void)tokenizer.decode(ids, true);
+    } catch (const ConfigError&) {
+    }
+  });
+  return 0;
+}
