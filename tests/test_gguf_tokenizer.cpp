@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dissect/text/gguf_tokenizer.hpp"
+#include "dissect/text/gguf_tokenizer_metadata.hpp"
 #include "support/io_testing.hpp"
 #include "support/tokenizer_fixtures.hpp"
 #include "support/vocab_gguf.hpp"
@@ -122,6 +123,23 @@ TEST_P(GgufVocabulary, AddsBosAndNamesSpecialTokensAsLlamaCppDoes) {
   ASSERT_EQ(with.size(), without.size() + leading.size());
   EXPECT_TRUE(std::equal(leading.begin(), leading.end(), with.begin()));
   EXPECT_TRUE(std::equal(without.begin(), without.end(), with.begin() + leading.size()));
+}
+
+TEST_P(GgufVocabulary, ConvertsTheTokenizerJsonAsLlamaCppsConverterNamesIt) {
+  // gguf_tokenizer_metadata found the model, the pre-tokenizer and BOS/EOS the vocabulary has.
+  const GgufFile& file = *vocabulary(GetParam()).file;
+  for (const auto& spec : testing::vocab_ggufs()) {
+    if (spec.name != GetParam()) continue;
+    EXPECT_EQ(file.require_string("tokenizer.ggml.model"), spec.model);
+    if (spec.model == "gpt2") EXPECT_EQ(file.require_string("tokenizer.ggml.pre"), spec.pre);
+    const Tokenizer& tokenizer = *vocabulary(GetParam()).tokenizer;
+    const auto text_of = [&](std::optional<std::int32_t> id) {
+      return id ? *tokenizer.id_to_token(*id) : std::string();
+    };
+    EXPECT_EQ(text_of(tokenizer.bos_id()), spec.bos);
+    EXPECT_EQ(text_of(tokenizer.eos_id()), spec.eos);
+    EXPECT_EQ(!tokenizer.leading_special_ids().empty(), spec.add_bos);
+  }
 }
 
 TEST_P(GgufVocabulary, DecodesWhatItEncodesBackToTheText) {
@@ -324,6 +342,53 @@ TEST(GgufTokenizerErrors, NameTheFileAndTheKey) {
   nan_scores[259] = std::numeric_limits<float>::quiet_NaN();
   expect_refused<FormatError>(with(spm, "tokenizer.ggml.scores", floats(nan_scores)),
                               "tokenizer.ggml.scores[259] is NaN");
+}
+
+TEST(GgufTokenizerMetadata, PadsTheTokensToTheModelsVocabulary) {
+  const auto path = testing::vocab_tokenizer_json(DISSECT_TOKENIZER_PACKAGES, "gpt2");
+  const auto entries = text::gguf_tokenizer_metadata(path, 50304);
+  const auto& tokens = *entries[2].second.as_array();
+  ASSERT_EQ(entries[2].first, "tokenizer.ggml.tokens");
+  ASSERT_EQ(tokens.size(), 50304u);
+  EXPECT_EQ(*tokens[50256].as_string(), "<|endoftext|>");
+  EXPECT_EQ(*tokens[50303].as_string(), "[PAD50303]");
+  EXPECT_EQ(std::get<std::int32_t>(entries[3].second.as_array()->at(50303).storage()), 5);
+  try {
+    (void)text::gguf_tokenizer_metadata(path, 50000);
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what())
+                  .find("its 50257 token ids do not fit the model's vocabulary of 50000"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(GgufTokenizerMetadata, RefusesTokenizersWithNoGgufForm) {
+  const testing::TemporaryDirectory dir;
+  const auto refused = [&](const std::string& json, const std::string& fragment) {
+    std::ofstream(dir / "tokenizer.json") << json;
+    try {
+      (void)text::gguf_tokenizer_metadata(dir / "tokenizer.json");
+      ADD_FAILURE() << "accepted " << json;
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
+      EXPECT_NE(std::string(error.what()).find("tokenizer.json"), std::string::npos);
+    }
+  };
+  refused(R"({"model": {"type": "WordPiece", "vocab": {}}})",
+          "model \"WordPiece\" has no GGUF form");
+  refused(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+              "pre_tokenizer": {"type": "Whitespace"}})",
+          "is not one llama.cpp names");
+  refused(R"({"model": {"type": "BPE", "vocab": {"a": 0}}})", "model needs vocab and merges");
+  refused(R"({"model": {"type": "BPE", "vocab": {"a": -1}, "merges": []},
+              "pre_tokenizer": {"type": "ByteLevel"}})",
+          "vocab[\"a\"] is not an id");
+  std::ofstream(dir / "tokenizer_config.json") << R"({"bos_token": "<s>"})";
+  refused(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+              "pre_tokenizer": {"type": "ByteLevel"}})",
+          "bos_token \"<s>\" is not a token of the tokenizer");
 }
 
 }  // namespace test_gguf_tokenizer

@@ -1,13 +1,7 @@
-// tests/support/vocab_gguf.hpp — a real tokenizer.json written as a vocabulary-only GGUF file,
-// the way llama.cpp's converter lays one out (tokenizer.ggml.*), so that llama.cpp's own
-// tokenizer can run on it (tests/reference/gguf/make_tokenize.mjs) and dissect's
-// tokenizer_from_gguf can be checked against it. Reads the JSON with nlohmann only: none of
-// dissect's tokenizer code is involved in writing the file.
-//
-// A "gpt2" vocabulary keeps the file's merges. A "llama" (SentencePiece) one needs scores,
-// which tokenizer.json does not have: a token made by a merge scores -(1 + the merge's rank),
-// any other token 0 for the special and byte tokens and -1e9 for the rest, so that llama.cpp's
-// score-ordered merging follows the file's merges.
+// tests/support/vocab_gguf.hpp — real tokenizer.json files written as vocabulary-only GGUF
+// files through text/gguf_tokenizer_metadata.hpp, so that llama.cpp's own tokenizer can run on
+// them (tests/reference/gguf/make_tokenize.mjs) and dissect's tokenizer_from_gguf can be checked
+// against it (test_gguf_tokenizer). VocabGguf says what the conversion must find in each.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -21,6 +15,7 @@
 #include <vector>
 
 #include "dissect/io/gguf.hpp"
+#include "dissect/text/gguf_tokenizer_metadata.hpp"
 
 namespace dissect::testing {
 
@@ -49,75 +44,11 @@ inline std::filesystem::path vocab_tokenizer_json(const std::filesystem::path& p
 }
 
 /// Writes `spec`'s vocabulary (from under `packages`) as a GGUF file at `out`: llama
-/// hyperparameters (llama.cpp reads them even for a vocabulary-only load) and tokenizer.ggml.*, no
+/// hyperparameters (llama.cpp reads them even for a vocabulary-only load) and the
+/// tokenizer.ggml.* entries text/gguf_tokenizer_metadata.hpp makes of the tokenizer.json, no
 /// tensors.
 inline void write_vocab_gguf(const VocabGguf& spec, const std::filesystem::path& packages,
                              const std::filesystem::path& out) {
-  const std::filesystem::path source = vocab_tokenizer_json(packages, spec.name);
-  std::ifstream in(source, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + source.string());
-  const nlohmann::json root = nlohmann::json::parse(in);
-  const nlohmann::json& model = root.at("model");
-
-  std::map<std::int64_t, std::string> by_id;
-  for (const auto& [token, id] : model.at("vocab").items()) by_id[id.get<std::int64_t>()] = token;
-  std::map<std::int64_t, bool> added;  // id → special
-  for (const auto& token : root.at("added_tokens")) {
-    by_id[token.at("id").get<std::int64_t>()] = token.at("content").get<std::string>();
-    added[token.at("id").get<std::int64_t>()] = token.at("special").get<bool>();
-  }
-  const std::int64_t n = by_id.rbegin()->first + 1;
-  std::map<std::string, std::int64_t> id_of;
-  for (const auto& [id, token] : by_id) id_of[token] = id;
-
-  std::vector<std::string> merges;
-  for (const auto& merge : model.at("merges")) {
-    merges.push_back(merge.is_string()
-                         ? merge.get<std::string>()
-                         : merge.at(0).get<std::string>() + " " + merge.at(1).get<std::string>());
-  }
-  std::map<std::int64_t, std::size_t> first_rank;  // token id → rank of the first merge making it
-  if (spec.model == "llama") {
-    for (std::size_t rank = 0; rank < merges.size(); ++rank) {
-      const std::string& line = merges[rank];
-      const std::size_t space = line.find(' ', 1);
-      const auto made = id_of.find(line.substr(0, space) + line.substr(space + 1));
-      if (made != id_of.end()) first_rank.emplace(made->second, rank);
-    }
-  }
-  const bool byte_fallback = model.value("byte_fallback", false);
-  const auto is_byte_token = [&](const std::string& token) {
-    return byte_fallback && token.size() == 6 && token.rfind("<0x", 0) == 0 && token[5] == '>';
-  };
-
-  GgufValue::Array tokens, types, scores;
-  for (std::int64_t id = 0; id < n; ++id) {
-    const auto found = by_id.find(id);
-    // A gap becomes an unused placeholder, as llama.cpp's converter writes one.
-    const std::string token =
-        found == by_id.end() ? "[PAD" + std::to_string(id) + "]" : found->second;
-    std::int32_t type = 1;  // normal
-    if (found == by_id.end()) {
-      type = 5;  // unused
-    } else if (const auto a = added.find(id); a != added.end()) {
-      type = a->second ? 3 : 4;  // control, user-defined
-      if (model.contains("unk_token") && model["unk_token"].is_string() &&
-          model["unk_token"].get<std::string>() == token)
-        type = 2;  // unknown
-    } else if (is_byte_token(token)) {
-      type = 6;  // byte
-    }
-    float score = 0.0f;
-    if (const auto r = first_rank.find(id); r != first_rank.end()) {
-      score = -1.0f - static_cast<float>(r->second);
-    } else if (type == 1 && spec.model == "llama" && token.size() > 1) {
-      score = -1e9f;
-    }
-    tokens.emplace_back(token);
-    types.emplace_back(type);
-    scores.emplace_back(score);
-  }
-
   std::vector<std::pair<std::string, GgufValue>> metadata{
       {"general.architecture", "llama"},
       {"general.name", "dissect vocab " + spec.name},
@@ -127,26 +58,9 @@ inline void write_vocab_gguf(const VocabGguf& spec, const std::filesystem::path&
       {"llama.feed_forward_length", std::uint32_t{64}},
       {"llama.attention.head_count", std::uint32_t{1}},
       {"llama.attention.layer_norm_rms_epsilon", 1e-5f},
-      {"tokenizer.ggml.model", spec.model},
   };
-  if (spec.model == "gpt2") metadata.push_back({"tokenizer.ggml.pre", spec.pre});
-  metadata.push_back({"tokenizer.ggml.tokens", GgufValue::array(GgufType::string, tokens)});
-  if (spec.model == "llama") {
-    metadata.push_back({"tokenizer.ggml.scores", GgufValue::array(GgufType::f32, scores)});
-  }
-  metadata.push_back({"tokenizer.ggml.token_type", GgufValue::array(GgufType::i32, types)});
-  if (spec.model == "gpt2") {
-    GgufValue::Array lines(merges.begin(), merges.end());
-    metadata.push_back({"tokenizer.ggml.merges", GgufValue::array(GgufType::string, lines)});
-  }
-  const auto id_key = [&](const std::string& key, const std::string& token) {
-    if (token.empty()) return;
-    metadata.push_back({key, static_cast<std::uint32_t>(id_of.at(token))});
-  };
-  id_key("tokenizer.ggml.bos_token_id", spec.bos);
-  id_key("tokenizer.ggml.eos_token_id", spec.eos);
-  metadata.push_back({"tokenizer.ggml.add_bos_token", spec.add_bos});
-  metadata.push_back({"tokenizer.ggml.add_eos_token", false});
+  for (auto& entry : text::gguf_tokenizer_metadata(vocab_tokenizer_json(packages, spec.name)))
+    metadata.push_back(std::move(entry));
   save_gguf(out, metadata, {});
 }
 

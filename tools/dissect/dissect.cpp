@@ -3,10 +3,11 @@
 //   dissect inspect CHECKPOINT [--gpu-memory 24GB] [--context T] [--json]
 //   dissect inspect FILE.gguf [--json]
 //   dissect generate CHECKPOINT|FILE.gguf (--prompt TEXT | --tokens 464,2068,…) [--ids]
-//   [--max-new-tokens N]
-//                    [--temperature T] [--top-k K] [--seed S]
+//                    [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
 //   dissect quantize IN OUT --format bf16|int8|q4
 //   dissect quantize IN.gguf OUT.gguf --format q8_0|q4_0|q6_k|q4_k_m|q5_k_m
+//   dissect convert IN.gguf OUT_DIR [--type f32|f16|bf16]
+//   dissect convert CHECKPOINT OUT.gguf [--type f32|f16|bf16|q8_0|…] [--no-tokenizer]
 //   dissect tokenize (--tokenizer FILE | DIR) (--text T | --file F | --decode 1,2,3) [--no-special]
 //                    [--json]
 //
@@ -48,14 +49,17 @@
 #include "dissect/budget.hpp"
 #include "dissect/count.hpp"
 #include "dissect/io/checkpoint.hpp"
+#include "dissect/io/gguf_model_writer.hpp"
 #include "dissect/io/gguf_quantize.hpp"
 #include "dissect/io/gguf_weights.hpp"
 #include "dissect/io/hf_config.hpp"
 #include "dissect/io/hf_names.hpp"
+#include "dissect/io/hf_writer.hpp"
 #include "dissect/io/model_file.hpp"
 #include "dissect/io/open_model.hpp"
 #include "dissect/models/generate.hpp"
 #include "dissect/text/gguf_tokenizer.hpp"
+#include "dissect/text/gguf_tokenizer_metadata.hpp"
 #include "tools/common/byte_vocab.hpp"
 #include "tools/common/parse.hpp"
 #include "tools/common/table.hpp"
@@ -599,13 +603,14 @@ int run_quantize(Model& model, const dissect::DetectedCheckpoint& source,
 
 // The output must not be a file the checkpoint was read from: the input would be gone (or, for
 // a shard of a sharded checkpoint, the checkpoint left half replaced) when the write lands.
-void refuse_overwriting_the_input(const dissect::DetectedCheckpoint& source, const fs::path& out) {
+void refuse_overwriting_the_input(const dissect::DetectedCheckpoint& source, const fs::path& out,
+                                  std::string_view op) {
   std::vector<fs::path> inputs = {source.checkpoint.path()};
   for (const auto& shard : source.checkpoint.shards()) inputs.push_back(shard.path());
   if (!source.config_file.empty()) inputs.push_back(source.config_file);
   for (const auto& input : inputs) {
     if (dissect::io::same_file(input, out)) {
-      throw dissect::ConfigError(dissect::concat("quantize: output ", out.string(), " is ",
+      throw dissect::ConfigError(dissect::concat(op, ": output ", out.string(), " is ",
                                                  input.string(),
                                                  ", which the checkpoint is read from"));
     }
@@ -638,9 +643,100 @@ int quantize_gguf_file(const QuantizeOptions& o) {
 int quantize(const QuantizeOptions& o) {
   if (o.recipe) return quantize_gguf_file(o);
   const dissect::DetectedCheckpoint source = dissect::detect_checkpoint(o.input);
-  refuse_overwriting_the_input(source, o.output);
+  refuse_overwriting_the_input(source, o.output, "quantize");
   return dissect::visit_model(
       source, [&](auto& model) { return run_quantize(model, source, o.format, o); }, "quantize");
+}
+
+// ---- convert ------------------------------------------------------------------------------------
+
+struct ConvertOptions {
+  fs::path input, output;
+  std::string type = "f32";   ///< GGUF out: a ggml type; Hugging Face out: f32, f16 or bf16
+  bool no_tokenizer = false;  ///< GGUF out: leave a tokenizer.json beside the checkpoint out
+};
+
+// A GGUF file to a Hugging Face directory (io/hf_writer.hpp), or any checkpoint dissect reads to
+// a GGUF file (io/gguf_model_writer.hpp).
+int convert(const ConvertOptions& o) {
+  const bool gguf_out = o.output.extension() == ".gguf";
+  if (dissect::tools::is_gguf_file(o.input)) {
+    if (gguf_out) {
+      throw dissect::ConfigError(
+          "convert: GGUF to GGUF is `dissect quantize IN.gguf OUT.gguf --format RECIPE`");
+    }
+    std::optional<dissect::SaveDtype> dtype;
+    if (o.type == "f16") dtype = dissect::SaveDtype::f16;
+    if (o.type == "bf16") dtype = dissect::SaveDtype::bf16;
+    if (!dtype && o.type != "f32") {
+      throw dissect::ConfigError(dissect::concat(
+          "--type: a Hugging Face checkpoint is written as f32, f16 or bf16, not \"", o.type,
+          "\""));
+    }
+    const dissect::GgufFile file(o.input);
+    const dissect::HfConfig model = dissect::read_gguf_config(file);
+    if (model.family == dissect::ModelFamily::llama) {
+      dissect::save_hf_checkpoint(
+          o.output, dissect::load_gguf_model<dissect::LlamaModel<float>>(file), dtype);
+    } else {
+      dissect::save_hf_checkpoint(o.output,
+                                  dissect::load_gguf_model<dissect::GPT2Model<float>>(file), dtype);
+    }
+    std::cout << "converted   " << o.input.string() << " (" << dissect::family_name(model.family)
+              << ", " << file.tensors().size() << " tensors) to a Hugging Face checkpoint\n"
+              << "wrote       " << (o.output / dissect::hf_config_file).string() << ", "
+              << (o.output / "model.safetensors").string() << " ("
+              << (dtype ? dissect::save_dtype_name(*dtype) : "F32") << ")\n";
+    return exit_ok;
+  }
+  if (!gguf_out) {
+    throw dissect::ConfigError(
+        dissect::concat("convert: ", o.input.string(),
+                        " is not a GGUF file, so the output is one: name it OUT.gguf"));
+  }
+  dissect::GgmlType type;
+  try {
+    type = dissect::ggml_type_from_name(o.type);
+  } catch (const dissect::Error& error) {
+    throw dissect::ConfigError(dissect::concat("--type: ", error.what()));
+  }
+  const dissect::DetectedCheckpoint source = dissect::detect_checkpoint(o.input);
+  refuse_overwriting_the_input(source, o.output, "convert");
+  const dissect::HfConfig& recorded = source.require_model("convert");
+  // The tokenizer.json beside the checkpoint, as llama.cpp's converter writes it into the file.
+  std::error_code error;
+  const fs::path dir = fs::is_directory(o.input, error) ? o.input : o.input.parent_path();
+  const fs::path tokenizer_json = (dir.empty() ? fs::path(".") : dir) / "tokenizer.json";
+  dissect::GgufModelOptions options{.type = type, .name = o.input.stem().string(), .tokenizer = {}};
+  const bool carry = !o.no_tokenizer && fs::is_regular_file(tokenizer_json, error);
+  if (carry) {
+    options.tokenizer =
+        dissect::text::gguf_tokenizer_metadata(tokenizer_json, recorded.config.vocab);
+  }
+  dissect::visit_model(
+      source,
+      [&](const auto& model) {
+        dissect::save_gguf_model(o.output, model, options);
+        return exit_ok;
+      },
+      "convert");
+  std::cout << "converted   " << o.input.string() << " (" << dissect::family_name(recorded.family)
+            << ") to GGUF, matrices " << dissect::ggml_type_name(type)
+            << ", norms and biases f32\n";
+  if (carry) {
+    const auto& model_name = std::get<std::string>(options.tokenizer.front().second.storage());
+    std::cout << "tokenizer   " << tokenizer_json.string() << " (" << model_name;
+    for (const auto& [key, value] : options.tokenizer) {
+      if (key == "tokenizer.ggml.pre") std::cout << ", pre " << *value.as_string();
+    }
+    std::cout << ")\n";
+  } else {
+    std::cout << "tokenizer   none (tokenizer.ggml.model \"none\": dissect generate --tokens runs "
+                 "it; llama.cpp wants a vocabulary)\n";
+  }
+  std::cout << "file        " << o.output.string() << ", "
+            << dissect::format_count(static_cast<index_t>(fs::file_size(o.output))) << " B\n";
+  return exit_ok;
 }
 
 // ---- main ---------------------------------------------------------------------------------------
@@ -701,7 +797,8 @@ int run(int argc, char** argv) {
       "tokenize", "text to token ids and pieces (or ids to text) with a Hugging Face tokenizer");
   tokenize_command
       ->add_option("--tokenizer", tokenize_options.tokenizer,
-                   "a tokenizer.json, or a directory holding one (or vocab.json + merges.txt)")
+                   "a tokenizer.json, a directory holding one (or vocab.json + merges.txt), or "
+                   "a .gguf file (its own tokenizer)")
       ->required();
   auto* text_option =
       tokenize_command->add_option("--text", tokenize_options.text, "the text to encode");
@@ -731,12 +828,32 @@ int run(int argc, char** argv) {
                    "q6_k, q4_k_m or q5_k_m (llama.cpp's recipes)")
       ->required();
 
+  ConvertOptions convert_options;
+  auto* convert_command = app.add_subcommand(
+      "convert", "a GGUF file to a Hugging Face checkpoint, or a checkpoint to a GGUF file");
+  convert_command
+      ->add_option("input", convert_options.input,
+                   "a .gguf, a save_model file, or a Hugging Face checkpoint with its config.json")
+      ->required();
+  convert_command
+      ->add_option("output", convert_options.output,
+                   "a directory (from a .gguf: config.json + model.safetensors) or OUT.gguf")
+      ->required();
+  convert_command
+      ->add_option("--type", convert_options.type,
+                   "to GGUF: the matrices' ggml type (f32, f16, bf16, q8_0, q4_0, q4_K, ...); to "
+                   "Hugging Face: f32, f16 or bf16")
+      ->capture_default_str();
+  convert_command->add_flag("--no-tokenizer", convert_options.no_tokenizer,
+                            "to GGUF: leave out the tokenizer.json beside the checkpoint");
+
   // CLI11 would call an unknown word a missing subcommand; name it instead.
   const std::string_view command = argc > 1 ? argv[1] : "";
   if (argc > 1 && argv[1][0] != '-' && command != "inspect" && command != "generate" &&
-      command != "quantize" && command != "tokenize") {
+      command != "quantize" && command != "tokenize" && command != "convert") {
     std::cerr << "dissect: unknown command \"" << argv[1]
-              << "\" (commands: inspect, generate, tokenize, quantize; see dissect --help)\n";
+              << "\" (commands: inspect, generate, tokenize, quantize, convert; see dissect "
+                 "--help)\n";
     return exit_bad_input;
   }
   try {
@@ -766,8 +883,8 @@ int run(int argc, char** argv) {
     if (gguf_in != gguf_out) {
       throw dissect::ConfigError(dissect::concat(
           "quantize: ", gguf_in ? "a GGUF input is written as GGUF (OUT.gguf)"
-                                : "a GGUF output needs a GGUF input (dissect does not convert "
-                                  "safetensors to GGUF yet)"));
+                                : "a GGUF output needs a GGUF input (`dissect convert IN "
+                                  "OUT.gguf` writes a checkpoint as GGUF)"));
     }
     try {
       if (gguf_in) {
@@ -787,6 +904,7 @@ int run(int argc, char** argv) {
     }
     return quantize(quantize_options);
   }
+  if (convert_command->parsed()) return convert(convert_options);
   GenerateOptions& g = generate_options;
   if (!g.prompt && !g.tokens) {
     throw dissect::ConfigError("generate: give --prompt TEXT or --tokens IDS");

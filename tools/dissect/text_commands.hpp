@@ -20,9 +20,11 @@
 
 #include "dissect/error.hpp"
 #include "dissect/text/decode_stream.hpp"
+#include "dissect/text/gguf_tokenizer.hpp"
 #include "dissect/text/tokenizer_files.hpp"
 #include "tools/common/byte_vocab.hpp"
 #include "tools/common/parse.hpp"
+#include "tools/dissect/gguf_commands.hpp"
 
 namespace dissect::tools {
 
@@ -106,7 +108,10 @@ struct TokenizeOptions {
 };
 
 inline int tokenize(const TokenizeOptions& o) {
-  const text::Tokenizer tokenizer = text::load_tokenizer(o.tokenizer);
+  // A GGUF file's own tokenizer (tokenizer.ggml.*), or a Hugging Face one.
+  const text::Tokenizer tokenizer = is_gguf_file(o.tokenizer)
+                                        ? text::tokenizer_from_gguf(GgufFile(o.tokenizer))
+                                        : text::load_tokenizer(o.tokenizer);
   if (o.decode) {
     const auto ids64 =
         parse_token_ids(*o.decode, "--decode", static_cast<index_t>(tokenizer.vocab_size()));

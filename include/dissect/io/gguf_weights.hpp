@@ -33,6 +33,24 @@ namespace dissect {
 
 // ---- declarations -------------------------------------------------------------------------------
 
+/// One GGUF tensor behind a dissect one: its rows stacked from `first_row`, with the rotary
+/// un-permutation of `heads` heads (0: none).
+struct GgufPart {
+  std::string name;
+  index_t first_row = 0;
+  index_t heads = 0;
+};
+
+/// A dissect parameter and the GGUF tensors it is made of.
+struct GgufTensorSource {
+  std::string name;  ///< dissect's
+  std::vector<GgufPart> parts;
+};
+
+/// Every parameter of `model`'s config and its GGUF tensors: the one table of llama.cpp's names
+/// that reading (GgufWeightsView) and writing (save_gguf_model) share.
+std::vector<GgufTensorSource> gguf_tensor_sources(const HfConfig& model);
+
 /// A GGUF model file seen under dissect's parameter names and shapes (a TensorSource).
 class GgufWeightsView {
  public:
@@ -46,13 +64,7 @@ class GgufWeightsView {
   /// dissect's view of the tensor: its name, "F32" (what it decodes to) and dissect's shape.
   const TensorInfo& info(std::string_view name) const { return mapped(name).info; }
 
-  /// One GGUF tensor behind a dissect one: its rows stacked from `first_row`, with the
-  /// rotary un-permutation of `heads` heads (0: none).
-  struct Part {
-    std::string name;
-    index_t first_row = 0;
-    index_t heads = 0;
-  };
+  using Part = GgufPart;
   struct Mapped {
     TensorInfo info;
     std::vector<Part> parts;
@@ -79,26 +91,22 @@ Model load_gguf_model(const GgufFile& file);
 
 // ---- implementation -----------------------------------------------------------------------------
 
-inline GgufWeightsView::GgufWeightsView(const GgufFile& file, const HfConfig& model)
-    : file_(&file) {
+inline std::vector<GgufTensorSource> gguf_tensor_sources(const HfConfig& model) {
   const TransformerConfig& c = model.config;
-  const index_t d = c.d_model, dk = c.head_size();
-  const auto add = [&](std::string name, std::vector<index_t> shape, std::vector<Part> parts) {
-    TensorInfo info{name, "F32", std::move(shape), 0, 0};
-    tensors_.emplace(std::move(name), Mapped{std::move(info), std::move(parts)});
-  };
+  const index_t dk = c.head_size();
+  std::vector<GgufTensorSource> out;
   const auto one = [&](std::string name, std::string gguf) {
-    std::vector<index_t> shape = file.info(gguf).shape();
-    add(std::move(name), std::move(shape), {Part{std::move(gguf), 0, 0}});
+    out.push_back({std::move(name), {GgufPart{std::move(gguf), 0, 0}}});
   };
   if (model.family == ModelFamily::llama) {
     one("embed_tokens.weight", "token_embd.weight");
     for (index_t layer = 0; layer < c.n_layers; ++layer) {
       const std::string blk = concat("blk.", layer, "."), ours = concat("layers.", layer, ".");
       const index_t q = c.n_heads * dk, kv = c.kv_heads() * dk;
-      add(ours + "self_attn.qkv.weight", {q + 2 * kv, d},
-          {Part{blk + "attn_q.weight", 0, c.n_heads}, Part{blk + "attn_k.weight", q, c.kv_heads()},
-           Part{blk + "attn_v.weight", q + kv, 0}});
+      out.push_back({ours + "self_attn.qkv.weight",
+                     {GgufPart{blk + "attn_q.weight", 0, c.n_heads},
+                      GgufPart{blk + "attn_k.weight", q, c.kv_heads()},
+                      GgufPart{blk + "attn_v.weight", q + kv, 0}}});
       one(ours + "self_attn.proj.weight", blk + "attn_output.weight");
       one(ours + "mlp.gate.weight", blk + "ffn_gate.weight");
       one(ours + "mlp.up.weight", blk + "ffn_up.weight");
@@ -126,6 +134,20 @@ inline GgufWeightsView::GgufWeightsView(const GgufFile& file, const HfConfig& mo
     one("ln_f.bias", "output_norm.bias");
   }
   if (!c.tied_embeddings) one("lm_head.weight", "output.weight");
+  return out;
+}
+
+inline GgufWeightsView::GgufWeightsView(const GgufFile& file, const HfConfig& model)
+    : file_(&file) {
+  for (GgufTensorSource& source : gguf_tensor_sources(model)) {
+    // Its shape: the parts' rows stacked (each part's shape is the file's, dims reversed).
+    std::vector<index_t> shape = file.info(source.parts.front().name).shape();
+    for (std::size_t i = 1; i < source.parts.size(); ++i)
+      shape.front() += file.info(source.parts[i].name).shape().front();
+    TensorInfo info{source.name, "F32", std::move(shape), 0, 0};
+    std::string name = source.name;
+    tensors_.emplace(std::move(name), Mapped{std::move(info), std::move(source.parts)});
+  }
 }
 
 inline std::vector<std::string> GgufWeightsView::tensor_names() const {

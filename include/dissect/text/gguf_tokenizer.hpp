@@ -49,9 +49,13 @@ enum class GgufTokenType : std::int32_t {
   byte = 6,
 };
 
-/// Whether `file` carries a tokenizer (tokenizer.ggml.model).
+/// Whether `file` carries a tokenizer: a tokenizer.ggml.model other than llama.cpp's "none" and
+/// "no_vocab" (a model that takes token ids).
 inline bool gguf_has_tokenizer(const GgufFile& file) {
-  return file.find("tokenizer.ggml.model") != nullptr;
+  const GgufValue* model = file.find("tokenizer.ggml.model");
+  if (!model) return false;
+  const std::string* name = model->as_string();
+  return !name || (*name != "none" && *name != "no_vocab");
 }
 
 namespace detail {

@@ -1,0 +1,146 @@
+// dissect/io/hf_writer.hpp — a GPT2Model or LlamaModel written as a Hugging Face checkpoint
+// directory: config.json under transformers' keys and model.safetensors under Hugging Face's
+// tensor names (the renames of hf_names.hpp, read backwards), which io/huggingface.hpp and
+// transformers' from_pretrained both read.
+//
+//   dissect::save_hf_checkpoint("out-dir", model);  // out-dir/config.json, model.safetensors
+//
+// GPT-2's Conv1D weights are written [in, out] as transformers stores them, LLaMA's qkv split
+// back into q_proj, k_proj and v_proj, and LLaMA's names get their "model." prefix. The tensors
+// keep the model's scalar type (F32 for a float model) unless `dtype` says otherwise.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dissect/error.hpp"
+#include "dissect/io/hf_config.hpp"
+#include "dissect/io/hf_names.hpp"
+#include "dissect/io/safetensors.hpp"
+
+#define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
+#include "dissect/io/detail/atomic_file.hpp"
+
+namespace dissect {
+
+/// `model` as a config.json object that parse_hf_config reads back to the same config.
+/// @throws ConfigError for a config transformers' GPT2Config or LlamaConfig cannot say (a GPT-2
+///         with a scale other than 1/√d_k or 1, or with gated FFN; a LLaMA with score scaling).
+inline nlohmann::json hf_config_json(const HfConfig& model) {
+  const TransformerConfig& c = model.config;
+  const detail::SizeKeys& keys = detail::hf_size_keys(model.family);
+  nlohmann::json json = {{"model_type", std::string(family_name(model.family))}};
+  using Size = detail::SizeKeys::Size;
+  json[keys[Size::d_model]] = c.d_model;
+  json[keys[Size::n_layers]] = c.n_layers;
+  json[keys[Size::n_heads]] = c.n_heads;
+  if (keys[Size::n_kv_heads]) json[keys[Size::n_kv_heads]] = c.kv_heads();
+  if (keys[Size::head_dim] && c.head_dim) json[keys[Size::head_dim]] = *c.head_dim;
+  json[keys[Size::d_ff]] = c.d_ff;
+  json[keys[Size::vocab]] = c.vocab;
+  json[keys[Size::context]] = c.context;
+  json["tie_word_embeddings"] = c.tied_embeddings;
+  if (model.family == ModelFamily::gpt2) {
+    if (c.score_scaling.scale && *c.score_scaling.scale != 1.0) {
+      throw ConfigError(concat("hf_config_json: a score scale of ", *c.score_scaling.scale,
+                               " has no GPT2Config key (1/sqrt(d_k) or 1 only)"));
+    }
+    json["layer_norm_epsilon"] = c.norm_eps.value_or(1e-5);
+    json["activation_function"] = "gelu_new";
+    json["scale_attn_weights"] = !c.score_scaling.scale.has_value();
+    json["scale_attn_by_inverse_layer_idx"] = c.score_scaling.inverse_layer_index;
+  } else {
+    if (c.score_scaling != ScoreScaling{}) {
+      throw ConfigError("hf_config_json: LlamaConfig has no key for score scaling");
+    }
+    json["rms_norm_eps"] = c.norm_eps.value_or(1e-6);
+    json["rope_theta"] = c.rope_theta;
+    json["attention_bias"] = c.bias;
+    json["mlp_bias"] = c.bias;
+    json["hidden_act"] = "silu";
+  }
+  return json;
+}
+
+/// Writes `model` as `dir`/config.json and `dir`/model.safetensors (creating `dir`), each file
+/// atomically.
+/// @throws ConfigError as hf_config_json; Error for an I/O failure.
+template <class Model>
+void save_hf_checkpoint(const std::filesystem::path& dir, const Model& model,
+                        std::optional<SaveDtype> dtype = std::nullopt) {
+  const ModelFamily family = family_from_name(Model::style.family, "save_hf_checkpoint");
+  const HfConfig config{family, model.config()};
+  const std::string text = hf_config_json(config).dump(2) + "\n";
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    throw Error(concat("save_hf_checkpoint: cannot create ", dir.string(), ": ", error.message()));
+  }
+
+  using Scalar = typename Model::scalar_type;
+  const auto& renames = family == ModelFamily::gpt2
+                            ? std::span<const detail::NamePair>(detail::gpt2_renames)
+                            : std::span<const detail::NamePair>(detail::llama_renames);
+  const index_t q_rows = config.config.n_heads * config.config.head_size();
+  const index_t kv_rows = config.config.kv_heads() * config.config.head_size();
+  const std::string_view head = family == ModelFamily::gpt2 ? gpt2_style.head : llama_style.head;
+  std::vector<SaveEntry> entries;
+  std::vector<std::vector<Scalar>> transposed;  // GPT-2's Conv1D weights, alive until saved
+  transposed.reserve(4 * static_cast<std::size_t>(config.config.n_layers));
+  model.for_each_parameter([&](const ParameterName& parameter, auto value, auto) {
+    std::string name = parameter.str();
+    const std::vector<index_t> shape(value.shape().begin(), value.shape().end());
+    const index_t row_length = shape.size() > 1 ? shape[1] : 1;
+    for (std::size_t i = 0; i < renames.size(); ++i) {
+      const auto& [theirs, ours] = renames[i];
+      const auto at = name.find(ours);
+      if (at == std::string::npos) continue;
+      if (family == ModelFamily::llama && i < 3) {
+        // qkv: q_proj, k_proj and v_proj, its rows in that order.
+        const index_t starts[] = {0, q_rows, q_rows + kv_rows};
+        const index_t counts[] = {q_rows, kv_rows, kv_rows};
+        for (std::size_t part = 0; part < 3; ++part) {
+          std::string part_name = name;
+          part_name.replace(at, ours.size(), renames[part].first);
+          std::vector<index_t> part_shape = shape;
+          part_shape[0] = counts[part];
+          entries.emplace_back(
+              concat(hf_prefix(family), part_name), std::move(part_shape),
+              std::span<const Scalar>(value.data() + starts[part] * row_length,
+                                      static_cast<std::size_t>(counts[part] * row_length)),
+              dtype);
+        }
+        return;
+      }
+      name.replace(at, ours.size(), theirs);
+      if (family == ModelFamily::gpt2 && shape.size() == 2) {  // Conv1D: stored [in, out]
+        std::vector<Scalar>& t = transposed.emplace_back(static_cast<std::size_t>(value.size()));
+        for (index_t r = 0; r < shape[0]; ++r) {
+          for (index_t k = 0; k < shape[1]; ++k)
+            t[k * shape[0] + r] = value.data()[r * shape[1] + k];
+        }
+        entries.emplace_back(name, std::vector<index_t>{shape[1], shape[0]},
+                             std::span<const Scalar>(t), dtype);
+        return;
+      }
+      break;
+    }
+    if (family == ModelFamily::llama && name != concat(head, ".weight"))
+      name = concat(hf_prefix(family), name);
+    entries.emplace_back(
+        name, shape, std::span<const Scalar>(value.data(), static_cast<std::size_t>(value.size())),
+        dtype);
+  });
+  save_safetensors(dir / "model.safetensors", entries, {{"format", "pt"}});
+  detail::write_file_atomically(dir / hf_config_file, "save_hf_checkpoint", [&](auto& writer) {
+    writer.write(std::as_bytes(std::span<const char>(text.data(), text.size())));
+  });
+}
+
+}  // namespace dissect
