@@ -83,7 +83,9 @@ TEST(GgufConvert, Q8_0IsLlamaCppsOwnQuantisation) {
   const testing::TemporaryDirectory dir;
   testing::write_random_gguf_model(dir / "f32.gguf", ModelFamily::llama, GgmlType::f32);
   const auto model = load_gguf_model<LlamaModel<float>>(GgufFile(dir / "f32.gguf"));
-  save_gguf_model(dir / "q8_0.gguf", model, {.type = GgmlType::q8_0});
+  GgufModelOptions q8_0;
+  q8_0.type = GgmlType::q8_0;
+  save_gguf_model(dir / "q8_0.gguf", model, q8_0);
   const GgufFile ours(dir / "q8_0.gguf");
   const GgufFile llama_cpp(fs::path(DISSECT_GGUF_FIXTURE_DIR) / "llama_q8_0.gguf");
   ASSERT_EQ(ours.tensors().size(), llama_cpp.tensors().size());
@@ -106,7 +108,9 @@ TEST(GgufConvert, RefusesATypeWhoseBlocksDoNotDivideTheRows) {
   const LlamaModel<float> model(config);
   const testing::TemporaryDirectory dir;
   try {
-    save_gguf_model(dir / "x.gguf", model, {.type = GgmlType::q4_K});
+    GgufModelOptions q4_k;
+    q4_k.type = GgmlType::q4_K;
+    save_gguf_model(dir / "x.gguf", model, q4_k);
     ADD_FAILURE() << "accepted";
   } catch (const ConfigError& error) {
     EXPECT_NE(std::string(error.what())

@@ -131,7 +131,9 @@ TEST_P(GgufVocabulary, ConvertsTheTokenizerJsonAsLlamaCppsConverterNamesIt) {
   for (const auto& spec : testing::vocab_ggufs()) {
     if (spec.name != GetParam()) continue;
     EXPECT_EQ(file.require_string("tokenizer.ggml.model"), spec.model);
-    if (spec.model == "gpt2") EXPECT_EQ(file.require_string("tokenizer.ggml.pre"), spec.pre);
+    if (spec.model == "gpt2") {
+      EXPECT_EQ(file.require_string("tokenizer.ggml.pre"), spec.pre);
+    }
     const Tokenizer& tokenizer = *vocabulary(GetParam()).tokenizer;
     const auto text_of = [&](std::optional<std::int32_t> id) {
       return id ? *tokenizer.id_to_token(*id) : std::string();

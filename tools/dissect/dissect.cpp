@@ -8,8 +8,8 @@
 //   dissect quantize IN.gguf OUT.gguf --format q8_0|q4_0|q6_k|q4_k_m|q5_k_m
 //   dissect convert IN.gguf OUT_DIR [--type f32|f16|bf16]
 //   dissect convert CHECKPOINT OUT.gguf [--type f32|f16|bf16|q8_0|…] [--no-tokenizer]
-//   dissect tokenize (--tokenizer FILE | DIR) (--text T | --file F | --decode 1,2,3) [--no-special]
-//                    [--json]
+//   dissect tokenize --tokenizer (FILE | DIR | FILE.gguf) (--text T | --file F | --decode 1,2,3)
+//                    [--no-special] [--json]
 //
 // A checkpoint directory's tokenizer.json (or GPT-2's vocab.json + merges.txt) turns --prompt
 // into ids (BOS as the tokenizer says) and the new ids back into streamed text

@@ -4,8 +4,10 @@
 // RoPE order, the matrices in a ggml type of your choice and the norms and biases in F32 (as
 // llama.cpp keeps them).
 //
-//   dissect::save_gguf_model("model.gguf", model);                          // all F32
-//   dissect::save_gguf_model("model.gguf", model, {.type = dissect::GgmlType::q8_0});
+//   dissect::save_gguf_model("model.gguf", model);  // all F32
+//   dissect::GgufModelOptions options;
+//   options.type = dissect::GgmlType::q8_0;
+//   dissect::save_gguf_model("model-q8_0.gguf", model, options);
 //
 // The tokenizer is the caller's: GgufModelOptions::tokenizer holds tokenizer.ggml.* entries to
 // write (copied from another GGUF file, say). Without one the file says tokenizer.ggml.model

@@ -3,8 +3,9 @@
 // llama.cpp's converter writes it, so that llama.cpp — and tokenizer_from_gguf — tokenize as
 // the original does.
 //
-//   auto entries = dissect::text::gguf_tokenizer_metadata("llama-dir/tokenizer.json");
-//   dissect::save_gguf_model("model.gguf", model, {.tokenizer = entries});
+//   dissect::GgufModelOptions options;
+//   options.tokenizer = dissect::text::gguf_tokenizer_metadata("llama-dir/tokenizer.json");
+//   dissect::save_gguf_model("model.gguf", model, options);
 //
 // Two kinds of tokenizer.json have a GGUF form:
 // - byte-level BPE (GPT-2's ByteLevel pre-tokenizer, or a Split by LLaMA 3's or Qwen 2's
