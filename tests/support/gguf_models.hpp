@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,22 +41,39 @@ inline TransformerConfig random_gguf_config(ModelFamily family) {
   return config;
 }
 
+/// TinyLlama-1.1B's shape (D 2048, L 22, H 32, H_kv 4, F 5632, V 32000, context 2048): the
+/// LLaMA the llama.cpp comparison (bench/compare_llama_cpp.mjs) runs, with random weights.
+inline TransformerConfig tinyllama_gguf_config() {
+  TransformerConfig config = random_gguf_config(ModelFamily::llama);
+  config.d_model = 2048;
+  config.n_layers = 22;
+  config.n_heads = 32;
+  config.n_kv_heads = 4;
+  config.d_ff = 5632;
+  config.vocab = 32000;
+  config.context = 2048;
+  return config;
+}
+
+/// Writes the model of `config` (random_gguf_config's unless given) as GGUF at `path`.
 inline void write_random_gguf_model(const std::filesystem::path& path, ModelFamily family,
-                                    GgmlType type, std::uint64_t seed = 1) {
-  TransformerConfig config = random_gguf_config(family);
+                                    GgmlType type, std::uint64_t seed = 1,
+                                    std::optional<TransformerConfig> shape = std::nullopt) {
+  TransformerConfig config = shape ? *shape : random_gguf_config(family);
   const std::string arch(family_name(family));
   std::uint64_t state = seed;
+  const auto u32 = [](index_t value) { return static_cast<std::uint32_t>(value); };
   std::vector<std::pair<std::string, GgufValue>> metadata{
       {"general.architecture", arch},
       {"general.name", "dissect make_gguf"},
-      {arch + ".context_length", std::uint32_t{128}},
-      {arch + ".embedding_length", std::uint32_t{256}},
-      {arch + ".block_count", std::uint32_t{2}},
-      {arch + ".feed_forward_length", std::uint32_t{256}},
-      {arch + ".attention.head_count", std::uint32_t{4}},
+      {arch + ".context_length", u32(config.context)},
+      {arch + ".embedding_length", u32(config.d_model)},
+      {arch + ".block_count", u32(config.n_layers)},
+      {arch + ".feed_forward_length", u32(config.d_ff)},
+      {arch + ".attention.head_count", u32(config.n_heads)},
   };
   if (family == ModelFamily::llama) {
-    metadata.push_back({"llama.attention.head_count_kv", std::uint32_t{2}});
+    metadata.push_back({"llama.attention.head_count_kv", u32(config.kv_heads())});
     metadata.push_back({"llama.rope.freq_base", 10000.0f});
     metadata.push_back({"llama.attention.layer_norm_rms_epsilon", 1e-5f});
   } else {
@@ -98,9 +116,11 @@ inline void write_random_gguf_model(const std::filesystem::path& path, ModelFami
         piece(utf8, 0, 1);
       }
     }
-    for (int i = static_cast<int>(tokens.size()); i < 260; ++i) {
+    // Two letters, and past 676 pieces a number after them, so every token is distinct.
+    for (int i = static_cast<int>(tokens.size()); i < static_cast<int>(config.vocab); ++i) {
       piece(std::string("\xe2\x96\x81") + static_cast<char>('a' + i % 26) +
-                static_cast<char>('a' + (i / 26) % 26),
+                static_cast<char>('a' + (i / 26) % 26) +
+                (i / 676 > 0 ? std::to_string(i / 676) : std::string()),
             -static_cast<float>(i), 1);
     }
     metadata.push_back({"tokenizer.ggml.model", family == ModelFamily::llama ? "llama" : "gpt2"});

@@ -5,10 +5,11 @@
 //   make_gguf OUT ARCH TYPE [SEED]
 //   make_gguf OUT vocab NAME PACKAGES
 //
-// ARCH is llama or gpt2; TYPE the ggml type of the 2-D weights (f32, f16, q8_0, q4_0, q4_K, …);
-// SEED defaults to 1. The second form writes tests/support/vocab_gguf.hpp's vocabulary-only
-// file of tokenizer NAME (llama2, gpt2, llama3, qwen3), read from PACKAGES (.deps/npm). Exit
-// status 0, or 1 with a message.
+// ARCH is llama or gpt2 (the small test models), or tinyllama (TinyLlama-1.1B's shape, 4.4 GB
+// in f32, for bench/compare_llama_cpp.mjs); TYPE the ggml type of the 2-D weights (f32, f16, q8_0,
+// q4_0, q4_K, …); SEED defaults to 1. The second form writes tests/support/vocab_gguf.hpp's
+// vocabulary-only file of tokenizer NAME (llama2, gpt2, llama3, qwen3), read from PACKAGES
+// (.deps/npm). Exit status 0, or 1 with a message.
 #include <iostream>
 #include <string>
 
@@ -17,7 +18,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 4 || argc > 5) {
-    std::cerr << "usage: make_gguf OUT llama|gpt2 TYPE [SEED]\n";
+    std::cerr << "usage: make_gguf OUT llama|gpt2|tinyllama TYPE [SEED]\n";
     return 1;
   }
   try {
@@ -33,7 +34,13 @@ int main(int argc, char** argv) {
       }
       throw Error(std::string("no vocabulary ") + argv[3]);
     }
-    if (arch != "llama" && arch != "gpt2") throw Error("ARCH must be llama or gpt2");
+    if (arch == "tinyllama") {
+      testing::write_random_gguf_model(argv[1], ModelFamily::llama, ggml_type_from_name(argv[3]),
+                                       argc == 5 ? std::stoull(argv[4]) : 1,
+                                       testing::tinyllama_gguf_config());
+      return 0;
+    }
+    if (arch != "llama" && arch != "gpt2") throw Error("ARCH must be llama, gpt2 or tinyllama");
     testing::write_random_gguf_model(argv[1], family_from_name(arch, "make_gguf"),
                                      ggml_type_from_name(argv[3]),
                                      argc == 5 ? std::stoull(argv[4]) : 1);
