@@ -15,10 +15,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace dissect;
-  std::vector<std::byte> bytes(size);
-  if (size > 0) std::memcpy(bytes.data(), data, size);
   fuzz::expect_only_dissect_errors([&] {
-    const GgufFile file = GgufFile::from_bytes(std::move(bytes), "fuzz.gguf");
+    const GgufFile file = GgufFile::from_bytes(fuzz::bytes_of(data, size), "fuzz.gguf");
     fuzz::require(file.data_offset() % file.alignment() == 0, "aligned data section");
     for (const auto& [key, value] : file.metadata()) {
       fuzz::require(file.find(key) == &value, "metadata index");

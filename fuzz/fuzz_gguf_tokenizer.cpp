@@ -15,10 +15,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace dissect;
-  std::vector<std::byte> bytes(size);
-  if (size > 0) std::memcpy(bytes.data(), data, size);
   fuzz::expect_only_dissect_errors([&] {
-    const GgufFile file = GgufFile::from_bytes(std::move(bytes), "fuzz.gguf");
+    const GgufFile file = GgufFile::from_bytes(fuzz::bytes_of(data, size), "fuzz.gguf");
     if (!text::gguf_has_tokenizer(file)) return;
     const text::Tokenizer tokenizer = text::tokenizer_from_gguf(file);
     for (const std::string_view sample :
@@ -37,11 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
       }
     }
-    std::vector<std::int32_t> ids;
-    for (std::size_t i = 0; i + 1 < size && ids.size() < 64; i += 2) {
-      ids.push_back(static_cast<std::int32_t>(data[i] | (data[i + 1] << 8)) %
-                    static_cast<std::int32_t>(tokenizer.vocab_size() + 2));
-    }
+    const std::vector<std::int32_t> ids = fuzz::ids_of(data, size, tokenizer.vocab_size());
     try {
       (void)tokenizer.decode(ids, true);
     } catch (const ConfigError&) {

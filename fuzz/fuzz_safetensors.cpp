@@ -54,10 +54,9 @@ void read_blocks(const SafetensorsFile& file, const TensorInfo& info) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace dissect;
-  std::vector<std::byte> bytes(size);
-  if (size > 0) std::memcpy(bytes.data(), data, size);
   fuzz::expect_only_dissect_errors([&] {
-    const SafetensorsFile file = SafetensorsFile::from_bytes(std::move(bytes), "fuzz.safetensors");
+    const SafetensorsFile file =
+        SafetensorsFile::from_bytes(fuzz::bytes_of(data, size), "fuzz.safetensors");
     index_t covered = 0;
     for (const TensorInfo& info : file.tensors()) {
       fuzz::require(file.contains(info.name) && &file.info(info.name) == &info, "index");

@@ -14,10 +14,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "dissect/config.hpp"
 #include "dissect/error.hpp"
@@ -80,6 +82,25 @@ inline void write_file(const std::filesystem::path& path, const std::uint8_t* da
     std::fprintf(stderr, "fuzz: cannot write %s\n", path.c_str());
     std::abort();
   }
+}
+
+/// The input as owned bytes, for the readers that take a file's bytes in memory.
+inline std::vector<std::byte> bytes_of(const std::uint8_t* data, std::size_t size) {
+  std::vector<std::byte> bytes(size);
+  if (size > 0) std::memcpy(bytes.data(), data, size);
+  return bytes;
+}
+
+/// Up to 64 token ids read from the input's bytes (two a id), in [0, vocab_size + 2): some of
+/// them past the vocabulary, which a decoder must refuse.
+inline std::vector<std::int32_t> ids_of(const std::uint8_t* data, std::size_t size,
+                                        std::size_t vocab_size) {
+  std::vector<std::int32_t> ids;
+  for (std::size_t i = 0; i + 1 < size && ids.size() < 64; i += 2) {
+    ids.push_back(static_cast<std::int32_t>(data[i] | (data[i + 1] << 8)) %
+                  static_cast<std::int32_t>(vocab_size + 2));
+  }
+  return ids;
 }
 
 /// A harness's own consistency check: a failure is a bug libFuzzer must report.

@@ -41,11 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
     }
     // Ids from the input's bytes: in the vocabulary or refused.
-    std::vector<std::int32_t> ids;
-    for (std::size_t i = 0; i + 1 < size && ids.size() < 64; i += 2) {
-      ids.push_back(static_cast<std::int32_t>(data[i] | (data[i + 1] << 8)) %
-                    static_cast<std::int32_t>(tokenizer.vocab_size() + 2));
-    }
+    const std::vector<std::int32_t> ids = fuzz::ids_of(data, size, tokenizer.vocab_size());
     try {
       (void)tokenizer.decode(ids, true);
     } catch (const ConfigError&) {
