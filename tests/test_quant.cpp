@@ -55,8 +55,10 @@ double reconstruction_bound(const QuantizedWeight& q, float w, index_t r, index_
       const double scale_error = std::abs(d16) * std::ldexp(1.0, -11) + std::ldexp(1.0, -25);
       return d + 8 * scale_error + 16 * u32 * d;
     }
+    default:  // ggml's formats: their bytes are proven equal to ggml's (test_ggml_dot)
+      ADD_FAILURE() << "no reconstruction bound for " << weight_format_name(q.format());
+      return 0;
   }
-  return 0;
 }
 
 // ---- the stored values -------------------------------------------------------------------------
@@ -172,7 +174,8 @@ TEST(QuantFormat, SizesAndNamesAreTheDtypeTables) {
   // One vocabulary (dtype.hpp): a format's name and its weights' bytes are its dtype's; int8
   // adds one fp32 scale per row.
   const auto w = random_matrix(3, 96, 1.0f, 5);
-  for (WeightFormat format : {WeightFormat::bf16, WeightFormat::int8, WeightFormat::q4_0}) {
+  for (WeightFormat format :
+       {WeightFormat::bf16, WeightFormat::int8, WeightFormat::q4_0, WeightFormat::q8_0}) {
     const Dtype dtype = dtype_of(format);
     EXPECT_EQ(weight_format_name(format), dtype_name(dtype));
     const index_t scales = format == WeightFormat::int8 ? 3 * index_t{sizeof(float)} : 0;
@@ -181,7 +184,8 @@ TEST(QuantFormat, SizesAndNamesAreTheDtypeTables) {
         << weight_format_name(format);
   }
   EXPECT_EQ(dtype_of(WeightFormat::q4_0), Dtype::q4_0);
-  EXPECT_THROW_WITH(dtype_of(static_cast<WeightFormat>(3)), ConfigError, "WeightFormat(3)");
+  EXPECT_EQ(dtype_of(WeightFormat::q4_K), Dtype::q4_K);
+  EXPECT_THROW_WITH(dtype_of(static_cast<WeightFormat>(7)), ConfigError, "WeightFormat(7)");
 }
 
 TEST(QuantFormat, RefusesWhatItCannotStore) {

@@ -19,7 +19,8 @@ namespace test_quantized_file {
 TEST(QuantizedFile, EveryFormatRoundTripsBitForBit) {
   testing::TemporaryDirectory dir;
   const auto ids = testing::random_ids(2 * 5, 37, 3);
-  for (const auto format : {WeightFormat::bf16, WeightFormat::int8, WeightFormat::q4_0}) {
+  for (const auto format :
+       {WeightFormat::bf16, WeightFormat::int8, WeightFormat::q4_0, WeightFormat::q8_0}) {
     SCOPED_TRACE(std::string(weight_format_name(format)));
     LlamaModel<float> model(testing::quantisable_llama(), {.seed = 5});
     quantize_model(model, format);
@@ -52,6 +53,11 @@ TEST(QuantizedFile, EveryFormatRoundTripsBitForBit) {
         EXPECT_EQ(info.dtype, "U8");
         EXPECT_EQ(info.shape, (std::vector<index_t>{32, 32}));
         EXPECT_EQ(file.info("layers.0.mlp.down.weight_scale").shape, (std::vector<index_t>{32, 2}));
+        break;
+      default:  // ggml's blocks, scales inside: 2 blocks of 34 bytes per row
+        EXPECT_EQ(info.dtype, "U8");
+        EXPECT_EQ(info.shape, (std::vector<index_t>{32, 68}));
+        EXPECT_FALSE(file.contains("layers.0.mlp.down.weight_scale"));
         break;
     }
     EXPECT_EQ(file.info("embed_tokens.weight").dtype, "F32");

@@ -23,7 +23,7 @@ namespace dissect {
 
 /// Element types for weights, activations and the KV cache. The first six are the budget's
 /// storage dtypes (their values are stable); later ones are appended.
-enum class Dtype { fp32, fp16, bf16, fp8, int8, int4, fp64, q4_0 };
+enum class Dtype { fp32, fp16, bf16, fp8, int8, int4, fp64, q4_0, q8_0, q4_K, q5_K, q6_K };
 
 /// One row of the table.
 struct DtypeInfo {
@@ -40,7 +40,8 @@ constexpr Dtype check_dtype(std::string_view op, Dtype value);
 /// The table's row for `dtype`. @throws ConfigError for a value outside the enum.
 constexpr const DtypeInfo& dtype_info(Dtype dtype);
 
-/// The canonical name: "fp32", "fp16", "bf16", "fp8", "int8", "int4", "fp64", "q4_0".
+/// The canonical name: "fp32", "fp16", "bf16", "fp8", "int8", "int4", "fp64", "q4_0", "q8_0",
+/// "q4_K", "q5_K", "q6_K".
 /// @throws ConfigError for a value outside the enum.
 constexpr std::string_view dtype_name(Dtype dtype);
 
@@ -62,7 +63,7 @@ index_t bytes_for(index_t elements, Dtype dtype, std::string_view what = "bytes_
 
 namespace detail {
 
-inline constexpr std::array<DtypeInfo, 8> dtype_table{{
+inline constexpr std::array<DtypeInfo, 12> dtype_table{{
     {"fp32", "F32", 1, 4},
     {"fp16", "F16", 1, 2},
     {"bf16", "BF16", 1, 2},
@@ -71,6 +72,12 @@ inline constexpr std::array<DtypeInfo, 8> dtype_table{{
     {"int4", "", 2, 1},
     {"fp64", "F64", 1, 8},
     {"q4_0", "", 32, 18},  // an fp16 scale and 32 nibbles: GGUF's block_q4_0
+    // ggml's blocks as GGUF stores them (quant/ggml_type.hpp has every ggml type; these are the
+    // ones dissect's kernels run without widening to fp32).
+    {"q8_0", "", 32, 34},
+    {"q4_K", "", 256, 144},
+    {"q5_K", "", 256, 176},
+    {"q6_K", "", 256, 210},
 }};
 
 /// The names in enum order, as check_enum lists them.

@@ -565,8 +565,7 @@ template <class Scalar>
 std::ostream& operator<<(std::ostream& out, const Linear<Scalar>& layer) {
   out << "Linear(in_features=" << layer.in_features() << ", out_features=" << layer.out_features()
       << ", bias=" << (layer.has_bias() ? "true" : "false") << (layer.frozen() ? ", frozen" : "");
-  if (layer.quantized())
-    out << ", weight=" << weight_format_name(layer.quantized_weight().format());
+  if (layer.quantized()) out << ", weight=" << layer.quantized_weight().describe();
   if (layer.packed()) out << ", packed";
   if (layer.has_adapter()) {
     out << ", lora_rank=" << layer.adapter().rank() << ", lora_alpha=" << layer.adapter().alpha()

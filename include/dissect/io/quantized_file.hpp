@@ -8,6 +8,10 @@
 //         P.weight_scale  F32  [out]          ŵ = scale[row]·value
 //   q4_0  P.weight        U8   [out, in/2]    GGUF Q4_0 nibbles, 16 bytes per block of 32
 //         P.weight_scale  F16  [out, in/32]   ŵ = (nibble − 8)·scale[row, block]
+//   q8_0, q4_K, q5_K, q6_K
+//         P.weight        U8   [out, row bytes]  ggml's blocks as GGUF stores them, scales inside
+// (a layer stacked from several ggml formats, as a GGUF model's q, k and v can be, has no single
+// format to name: saving it is an Error; GGUF is its file format)
 // and the file's metadata says which layers are stored so, under "dissect.quantization":
 //   {"layers": {"h.0.attn.qkv": "int8", …}}
 // Every other parameter (embeddings, norms, biases) is F32 as save_module writes it.
@@ -104,6 +108,21 @@ inline QuantizedWeight read_quantized_weight(const Checkpoint& checkpoint, const
       return QuantizedWeight::from_int8(rows, cols, std::move(values),
                                         read_stored<float>(checkpoint, scale, "F32", {rows}));
     }
+    case WeightFormat::q8_0:
+    case WeightFormat::q4_K:
+    case WeightFormat::q5_K:
+    case WeightFormat::q6_K: {
+      const GgmlType type = ggml_type_of(format);
+      const index_t block = ggml_type_info(type).block_elements;
+      if (cols % block != 0) {
+        throw FormatError(concat(checkpoint.path().string(), ": layer ", path, " has in_features ",
+                                 cols, ", which ", weight_format_name(format),
+                                 " cannot store (a multiple of ", block, ")"));
+      }
+      const auto blocks =
+          read_stored<std::uint8_t>(checkpoint, weight, "U8", {rows, ggml_row_bytes(type, cols)});
+      return QuantizedWeight::from_ggml(type, rows, cols, blocks);
+    }
     case WeightFormat::q4_0: {
       if (cols % q4_block != 0) {
         throw FormatError(concat(checkpoint.path().string(), ": layer ", path, " has in_features ",
@@ -145,7 +164,20 @@ void save_module_quantized(const std::filesystem::path& path, const M& module,
     }
     const QuantizedWeight& q = *found->second;
     const index_t rows = q.rows(), cols = q.cols();
+    if (q.ggml_rows().size() > 1) {
+      throw Error(concat("save_module_quantized: ", path.string(), ": ", text, " is stored as ",
+                         q.describe(), ", several formats; save the model as GGUF"));
+    }
     switch (q.format()) {
+      case WeightFormat::q8_0:
+      case WeightFormat::q4_K:
+      case WeightFormat::q5_K:
+      case WeightFormat::q6_K:
+        entries.emplace_back(
+            text, std::vector<index_t>{rows, ggml_row_bytes(ggml_type_of(q.format()), cols)},
+            StoredBytes{"U8", detail::stored_bytes_of(
+                                  std::span<const std::uint8_t>(q.ggml_rows().front().blocks))});
+        break;
       case WeightFormat::bf16:
         entries.emplace_back(text, std::vector<index_t>{rows, cols},
                              StoredBytes{"BF16", detail::stored_bytes_of(q.bf16_bits())});

@@ -17,6 +17,12 @@
 //           ∈ [0, 16] before the clamp; the clamp costs up to one step on the side opposite m.
 //           Error ≤ |d| + 8·|d − fp16(d)| per weight. in_features must be a multiple of 32: a
 //           ShapeError at quantisation time, not a padded tail.
+//   q8_0, q4_K, q5_K, q6_K — ggml's blocks, kept as a GGUF file stores them: quantised by ggml's
+//           quantize_row_*_ref and decoded by its dequantize_row_* (quant/ggml_blocks.hpp), bit
+//           for bit. in_features a multiple of the block (32 for q8_0, 256 for the K-quants).
+//           Their rows may be stacked from parts of different ggml formats (a GGUF model's
+//           q, k and v, which llama.cpp's recipes quantise differently): each run of rows keeps
+//           its own blocks and format.
 //
 // Every format refuses an empty matrix and a non-finite weight (naming the row and column), and a
 // scale that does not fit its own type (a bf16 that rounds to ±Inf, an fp16 block scale beyond
@@ -30,6 +36,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -37,8 +44,10 @@
 #include "dissect/detail/enum_check.hpp"
 #include "dissect/error.hpp"
 #include "dissect/numeric/half.hpp"
+#include "dissect/quant/detail/ggml_dot.hpp"
 #include "dissect/quant/detail/quant_kernels.hpp"
 #include "dissect/quant/format.hpp"
+#include "dissect/quant/ggml_blocks.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
 
@@ -48,6 +57,14 @@ namespace dissect {
 
 /// Weights per block sharing a scale along in_features (int8: the whole row; bf16: none, 1).
 inline constexpr index_t q4_block = dtype_info(Dtype::q4_0).block_elements;
+
+/// Rows [first_row, first_row + rows) of a weight in one of ggml's formats: their blocks, as a
+/// GGUF file stores them (row r's at (r − first_row)·ggml_row_bytes).
+struct GgmlRows {
+  WeightFormat format = WeightFormat::q8_0;
+  index_t first_row = 0, rows = 0;
+  std::vector<std::uint8_t> blocks;
+};
 
 /// A weight matrix [rows = out_features, cols = in_features] in a low-precision format, with its
 /// scales. Immutable once built; copyable.
@@ -68,8 +85,28 @@ class QuantizedWeight {
                                    std::vector<float> scales);
   static QuantizedWeight from_q4_0(index_t rows, index_t cols, std::vector<std::uint8_t> nibbles,
                                    std::vector<std::uint16_t> scales);
+  /// From ggml blocks of `type`, as a GGUF tensor holds them (rows · ggml_row_bytes(type, cols)
+  /// bytes): q8_0, q4_K, q5_K and q6_K are kept as they are; q4_0 is moved into dissect's q4_0
+  /// layout (the same values: its scales and nibbles split apart). Every block scale is checked.
+  /// @throws ConfigError for any other type (keeps_ggml_type says which); ShapeError for a size
+  ///         that does not fit; Error naming the row and block of a non-finite scale.
+  static QuantizedWeight from_ggml(GgmlType type, index_t rows, index_t cols,
+                                   std::span<const std::uint8_t> blocks);
+  /// Whether from_ggml takes `type`.
+  static bool keeps_ggml_type(GgmlType type);
+  /// The rows of `parts` stacked in order (all of one cols, all in ggml formats). Parts of one
+  /// format merge into one run of rows.
+  /// @throws ShapeError for no parts or differing cols; ConfigError for a part in one of
+  ///         dissect's own layouts.
+  static QuantizedWeight stack_rows(std::vector<QuantizedWeight> parts);
 
+  /// The format; for rows stacked from several ggml formats, the first run's (describe() names
+  /// them all).
   WeightFormat format() const { return format_; }
+  /// "q4_K", or "q4_K rows 0-2047, q6_K rows 2048-2559" for stacked formats.
+  std::string describe() const;
+  /// The runs of rows in ggml formats (empty for dissect's own layouts).
+  std::span<const GgmlRows> ggml_rows() const { return ggml_; }
   index_t rows() const { return rows_; }
   index_t cols() const { return cols_; }
   /// Bytes of the stored values and scales: what decoding streams from memory per token.
@@ -104,6 +141,7 @@ class QuantizedWeight {
   std::vector<std::int32_t> int8_row_sums_;  // Σ_k q[n, k], for the VNNI kernel's offset
   std::vector<std::uint8_t> nibbles_;
   std::vector<std::uint16_t> q4_scales_;
+  std::vector<GgmlRows> ggml_;
 };
 
 // ---- implementation -----------------------------------------------------------------------------
@@ -143,6 +181,34 @@ inline QuantizedWeight QuantizedWeight::quantize(ConstTensorView<float, 2> weigh
                                     " is not a multiple of the block size 32"));
   }
   QuantizedWeight result(format, rows, cols);
+  if (is_ggml_format(format)) {
+    const GgmlType type = ggml_type_of(format);
+    const index_t block = ggml_type_info(type).block_elements;
+    if (cols % block != 0) {
+      throw ShapeError(detail::concat("quantize(", name, "): in_features ", cols, " of weight ",
+                                      format_shape(weight.shape()),
+                                      " is not a multiple of the block size ", block));
+    }
+    const index_t row_bytes = ggml_row_bytes(type, cols);
+    GgmlRows run{format, 0, rows, std::vector<std::uint8_t>(std::size_t(rows * row_bytes))};
+    std::vector<float> row(static_cast<std::size_t>(cols));
+    for (index_t r = 0; r < rows; ++r) {
+      for (index_t c = 0; c < cols; ++c) {
+        row[std::size_t(c)] = weight(r, c);
+        detail::require_finite_weight(row[std::size_t(c)], r, c, format);
+      }
+      try {
+        quantize_ggml(
+            type, row,
+            std::as_writable_bytes(
+                std::span(run.blocks).subspan(std::size_t(r * row_bytes), std::size_t(row_bytes))));
+      } catch (const Error& error) {
+        throw Error(detail::concat("quantize(", name, "): row ", r, ": ", error.what()));
+      }
+    }
+    result.ggml_.push_back(std::move(run));
+    return result;
+  }
   const auto at = [&](index_t r, index_t c) { return weight(r, c); };
   const auto size = static_cast<std::size_t>(rows * cols);
   switch (format) {
@@ -298,10 +364,122 @@ inline QuantizedWeight QuantizedWeight::from_q4_0(index_t rows, index_t cols,
   return result;
 }
 
+inline bool QuantizedWeight::keeps_ggml_type(GgmlType type) {
+  return type == GgmlType::q4_0 || weight_format_of(type).has_value();
+}
+
+namespace detail {
+
+/// Byte offsets of the fp16 scales in one block of a kept ggml type.
+inline std::span<const int> ggml_scale_offsets(GgmlType type) {
+  static constexpr int d_only[] = {0}, d_and_min[] = {0, 2}, q6[] = {208};
+  switch (type) {
+    case GgmlType::q4_K:
+    case GgmlType::q5_K:
+      return d_and_min;
+    case GgmlType::q6_K:
+      return q6;
+    default:
+      return d_only;  // q4_0, q8_0: d first
+  }
+}
+
+}  // namespace detail
+
+inline QuantizedWeight QuantizedWeight::from_ggml(GgmlType type, index_t rows, index_t cols,
+                                                  std::span<const std::uint8_t> blocks) {
+  if (!keeps_ggml_type(type)) {
+    throw ConfigError(detail::concat("QuantizedWeight::from_ggml: ", ggml_type_name(type),
+                                     " blocks are not kept (q4_0, q8_0, q4_K, q5_K, q6_K are)"));
+  }
+  const GgmlTypeInfo info = ggml_type_info(type);
+  if (rows <= 0 || cols <= 0 || cols % info.block_elements != 0 ||
+      static_cast<index_t>(blocks.size()) != rows * ggml_row_bytes(type, cols)) {
+    throw ShapeError(detail::concat("QuantizedWeight::from_ggml(", info.name, "): ", blocks.size(),
+                                    " bytes for a [", rows, ", ", cols, "] weight (needs cols a ",
+                                    "multiple of ", info.block_elements, " and ",
+                                    rows > 0 && cols > 0 && cols % info.block_elements == 0
+                                        ? detail::concat(rows * ggml_row_bytes(type, cols))
+                                        : std::string("whole blocks of"),
+                                    " bytes)"));
+  }
+  const index_t blocks_per_row = cols / info.block_elements;
+  for (index_t b = 0; b < rows * blocks_per_row; ++b) {
+    for (const int offset : detail::ggml_scale_offsets(type)) {
+      const std::uint8_t* p = blocks.data() + b * info.block_bytes + offset;
+      if (!std::isfinite(fp16_to_float(static_cast<std::uint16_t>(p[0] | (p[1] << 8))))) {
+        throw Error(detail::concat("QuantizedWeight::from_ggml(", info.name, "): row ",
+                                   b / blocks_per_row, ", block ", b % blocks_per_row,
+                                   " has a scale that is not finite"));
+      }
+    }
+  }
+  if (type == GgmlType::q4_0) {
+    std::vector<std::uint8_t> nibbles(std::size_t(rows * cols / 2));
+    std::vector<std::uint16_t> scales(std::size_t(rows * blocks_per_row));
+    for (index_t b = 0; b < rows * blocks_per_row; ++b) {
+      const std::uint8_t* p = blocks.data() + b * info.block_bytes;
+      scales[std::size_t(b)] = static_cast<std::uint16_t>(p[0] | (p[1] << 8));
+      std::copy(p + 2, p + 18, nibbles.begin() + b * 16);
+    }
+    return from_q4_0(rows, cols, std::move(nibbles), std::move(scales));
+  }
+  const WeightFormat format = *weight_format_of(type);
+  QuantizedWeight result(format, rows, cols);
+  result.ggml_.push_back({format, 0, rows, {blocks.begin(), blocks.end()}});
+  return result;
+}
+
+inline QuantizedWeight QuantizedWeight::stack_rows(std::vector<QuantizedWeight> parts) {
+  if (parts.empty()) throw ShapeError("QuantizedWeight::stack_rows: no parts");
+  const index_t cols = parts.front().cols();
+  index_t rows = 0;
+  for (const QuantizedWeight& part : parts) {
+    if (part.cols() != cols) {
+      throw ShapeError(detail::concat("QuantizedWeight::stack_rows: a part of ", part.cols(),
+                                      " columns among parts of ", cols));
+    }
+    if (part.ggml_.empty()) {
+      throw ConfigError(
+          detail::concat("QuantizedWeight::stack_rows: ", weight_format_name(part.format()),
+                         " is not one of ggml's block formats"));
+    }
+    rows += part.rows();
+  }
+  QuantizedWeight result(parts.front().format(), rows, cols);
+  index_t first = 0;
+  for (QuantizedWeight& part : parts) {
+    for (GgmlRows& run : part.ggml_) {
+      if (!result.ggml_.empty() && result.ggml_.back().format == run.format) {
+        GgmlRows& last = result.ggml_.back();
+        last.blocks.insert(last.blocks.end(), run.blocks.begin(), run.blocks.end());
+        last.rows += run.rows;
+      } else {
+        result.ggml_.push_back(
+            {run.format, first + run.first_row, run.rows, std::move(run.blocks)});
+      }
+    }
+    first += part.rows();
+  }
+  return result;
+}
+
+inline std::string QuantizedWeight::describe() const {
+  if (ggml_.size() <= 1) return std::string(weight_format_name(format_));
+  std::string text;
+  for (const GgmlRows& run : ggml_) {
+    text += detail::concat(text.empty() ? "" : ", ", weight_format_name(run.format), " rows ",
+                           run.first_row, "-", run.first_row + run.rows - 1);
+  }
+  return text;
+}
+
 inline index_t QuantizedWeight::bytes() const {
+  std::size_t ggml_bytes = 0;
+  for (const GgmlRows& run : ggml_) ggml_bytes += run.blocks.size();
   return static_cast<index_t>(bf16_.size() * sizeof(std::uint16_t) + int8_.size() +
                               int8_scales_.size() * sizeof(float) + nibbles_.size() +
-                              q4_scales_.size() * sizeof(std::uint16_t));
+                              q4_scales_.size() * sizeof(std::uint16_t) + ggml_bytes);
 }
 
 inline Tensor<float, 2> QuantizedWeight::dequantize() const {
@@ -315,6 +493,22 @@ inline void QuantizedWeight::dequantize_into(TensorView<float, 2> target) const 
     throw ShapeError(detail::concat("QuantizedWeight::dequantize_into: target ",
                                     format_shape(target.shape()), " is not [", rows_, ", ", cols_,
                                     "]"));
+  }
+  if (!ggml_.empty()) {
+    std::vector<float> row(static_cast<std::size_t>(cols_));
+    for (const GgmlRows& run : ggml_) {
+      const GgmlType type = ggml_type_of(run.format);
+      const index_t row_bytes = ggml_row_bytes(type, cols_);
+      for (index_t r = 0; r < run.rows; ++r) {
+        dequantize_ggml(
+            type,
+            std::as_bytes(
+                std::span(run.blocks).subspan(std::size_t(r * row_bytes), std::size_t(row_bytes))),
+            row);
+        for (index_t c = 0; c < cols_; ++c) target(run.first_row + r, c) = row[std::size_t(c)];
+      }
+    }
+    return;
   }
   for (index_t r = 0; r < rows_; ++r) {
     for (index_t c = 0; c < cols_; ++c) {
@@ -336,6 +530,8 @@ inline void QuantizedWeight::dequantize_into(TensorView<float, 2> target) const 
           value = static_cast<float>(q - 8) * d;
           break;
         }
+        default:
+          break;  // ggml's formats are decoded above
       }
       target(r, c) = value;
     }
@@ -359,6 +555,14 @@ inline void QuantizedWeight::matmul(const float* x, index_t ldx, index_t m, floa
       quant::detail::quantized_matmul(
           quant::detail::Q4WeightsView{nibbles_.data(), q4_scales_.data(), rows_, cols_}, x, ldx, m,
           y, ldy, bias, threads);
+      break;
+    default:
+      for (const GgmlRows& run : ggml_) {
+        const quant::detail::GgmlWeightsView view{run.format, run.blocks.data(), run.rows, cols_};
+        quant::detail::ggml_matmul(quant::active_kernel_path(run.format, m), view, x, ldx, m,
+                                   y + run.first_row, ldy, bias ? bias + run.first_row : nullptr,
+                                   threads);
+      }
       break;
   }
 }

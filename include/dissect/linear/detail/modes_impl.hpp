@@ -112,8 +112,8 @@ void Linear<Scalar>::unmerge_adapter() {
 template <class Scalar>
 void Linear<Scalar>::require_not_quantized(const char* op) const {
   if (const QuantizedWeight* q = storage_.quantized()) {
-    throw Error(detail::concat("Linear::", op, ": the weight is stored as ",
-                               weight_format_name(q->format()), "; dequantize() the layer first"));
+    throw Error(detail::concat("Linear::", op, ": the weight is stored as ", q->describe(),
+                               "; dequantize() the layer first"));
   }
 }
 
@@ -146,7 +146,7 @@ void Linear<Scalar>::set_quantized_weight(
 template <class Scalar>
 std::optional<std::string> Linear<Scalar>::weight_write_refusal() const {
   if (const QuantizedWeight* q = storage_.quantized()) {
-    return detail::concat("the weight is stored as ", weight_format_name(q->format()),
+    return detail::concat("the weight is stored as ", q->describe(),
                           "; dequantize() the layer first");
   }
   if (merge_) {

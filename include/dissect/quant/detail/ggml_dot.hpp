@@ -1,0 +1,363 @@
+// dissect/quant/detail/ggml_dot.hpp — PRIVATE: include dissect/quant/weight_format.hpp.
+//
+// y = x·Ŵᵀ (+ b) with W held in ggml's own blocks (q8_0, q4_K, q5_K, q6_K), read in place as a
+// GGUF file stores them. Two paths:
+//
+//   scalar  the oracle: Σ_k x_k·ŵ_k in double, ŵ decoded by ggml's dequantize_row_* rule
+//           (quant/detail/ggml_block_codecs.hpp), rounded once. Slow on purpose.
+//   avx2    llama.cpp's arithmetic: each row of x is quantised to ggml's activation blocks
+//           (q8_K, 256 values and one fp32 scale, for the K-quants; q8_0, 32 values and an fp16
+//           scale, for q8_0), and each block pair is an exact integer dot product:
+//             q4_K, q5_K  Σ_j sc_j·Σ q·x̃  and  Σ_j m_j·Σ x̃, scaled by d·dx and dmin·dx
+//             q6_K        Σ_g sc_g·Σ q·x̃ − 32·Σ_g sc_g·Σ x̃ (q ∈ [0, 63] stored with a +32 bias)
+//             q8_0        Σ q·x̃ per block, scaled by d·dx
+//           So dissect and llama.cpp sum the same integers; only the order of the few float
+//           additions per block differs.
+//
+// Error of avx2 against the exact Σ_k x_k·ŵ_k + b: the activation rounding,
+// Σ_k |ŵ_k|·|x_k − x̂_k| with |x_k − x̂_k| ≤ dx/2 (half a step of its block's scale, plus a few
+// fp32 roundings of the scale), plus the float sums: γ_(K/B + 8)·Σ_k |ŵ_k·x̂_k| + |b|, B the
+// activation block. ŵ itself is ggml's float rounding of d·sc·q − dmin·m; the integer form uses
+// the exact value, within 2⁻²⁴·|ŵ| of it.
+//
+// A CPU without AVX2 (or a pinned scalar path) runs the oracle; a pinned AVX-512 path runs avx2,
+// which every AVX-512 CPU has (quant/kernel_path.hpp).
+#pragma once
+
+#ifndef DISSECT_PUBLIC_HEADER
+#error \
+    "dissect/quant/detail/ggml_dot.hpp is private to dissect: include dissect/quant/weight_format.hpp instead"
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "dissect/error.hpp"
+#include "dissect/quant/detail/ggml_block_codecs.hpp"
+#include "dissect/quant/detail/quant_tiles.hpp"
+#include "dissect/quant/format.hpp"
+#include "dissect/quant/ggml_blocks.hpp"
+#include "dissect/quant/ggml_type.hpp"
+#include "dissect/quant/kernel_path.hpp"
+#include "dissect/shape.hpp"
+
+namespace dissect::quant::detail {
+
+// ---- declarations -------------------------------------------------------------------------------
+
+/// W [rows, cols] in a ggml format: row n's ggml_row_bytes(type, cols) bytes at
+/// blocks + n·row_bytes, whole blocks (cols a multiple of 32 for q8_0, 256 for the K-quants).
+struct GgmlWeightsView {
+  WeightFormat format = WeightFormat::q8_0;
+  const std::uint8_t* blocks = nullptr;
+  index_t rows = 0, cols = 0;
+};
+
+/// The activation format llama.cpp pairs with `format`'s weights: q8_K for the K-quants, q8_0
+/// for q8_0.
+GgmlType ggml_activation_type(WeightFormat format);
+
+/// Row i of x ([m, K], stride ldx) quantised to ggml_activation_type(format) blocks at
+/// out + i·ggml_row_bytes(that type, K), by ggml's reference rule.
+void quantize_ggml_activations(WeightFormat format, const float* x, index_t ldx, index_t m,
+                               index_t K, std::uint8_t* out);
+
+/// As quantized_matmul in quant_kernels.hpp, for ggml blocks; `path` must be scalar or avx2.
+/// @throws as there: ConfigError for a path that has no kernel for the format; ShapeError for
+///         K not a whole number of blocks.
+void ggml_matmul(KernelPath path, const GgmlWeightsView& w, const float* x, index_t ldx, index_t m,
+                 float* y, index_t ldy, const float* bias, int threads);
+
+// ---- implementation -----------------------------------------------------------------------------
+
+inline GgmlType ggml_activation_type(WeightFormat format) {
+  return format == WeightFormat::q8_0 ? GgmlType::q8_0 : GgmlType::q8_K;
+}
+
+inline void quantize_ggml_activations(WeightFormat format, const float* x, index_t ldx, index_t m,
+                                      index_t K, std::uint8_t* out) {
+  const GgmlTypeInfo activation = ggml_type_info(ggml_activation_type(format));
+  const auto encode = format == WeightFormat::q8_0 ? dissect::detail::ggml::quantize_q8_0
+                                                   : dissect::detail::ggml::quantize_q8_K;
+  const index_t blocks = K / activation.block_elements;
+  for (index_t i = 0; i < m; ++i) {
+    for (index_t b = 0; b < blocks; ++b) {
+      encode(x + i * ldx + b * activation.block_elements,
+             out + (i * blocks + b) * activation.block_bytes);
+    }
+  }
+}
+
+/// The oracle: every row decoded by ggml's rule, each element a double sum rounded once.
+inline void ggml_scalar_matmul(const GgmlWeightsView& w, const float* x, index_t ldx, index_t m,
+                               float* y, index_t ldy, const float* bias) {
+  const GgmlType type = ggml_type_of(w.format);
+  const index_t row_bytes = ggml_row_bytes(type, w.cols);
+  std::vector<float> row(static_cast<std::size_t>(w.cols));
+  for (index_t n = 0; n < w.rows; ++n) {
+    dequantize_ggml(
+        type, std::as_bytes(std::span(w.blocks + n * row_bytes, std::size_t(row_bytes))), row);
+    for (index_t i = 0; i < m; ++i) {
+      double sum = 0.0;
+      for (index_t k = 0; k < w.cols; ++k) sum += double(x[i * ldx + k]) * row[std::size_t(k)];
+      if (bias) sum += bias[n];
+      y[i * ldy + n] = static_cast<float>(sum);
+    }
+  }
+}
+
+#if DISSECT_X86
+
+DISSECT_TARGET_AVX2 inline int hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+DISSECT_TARGET_AVX2 inline float hsum_f32(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+DISSECT_TARGET_AVX2 inline __m256i load256(const std::uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+/// Σ over 32 bytes of u·x (u unsigned ≤ 63, x signed ≥ −127), in 8 int32 lanes, with the first
+/// 16 products scaled by s0 and the last 16 by s1 (both int16). Exact: a pair of products is at
+/// most 2·63·127 < 2¹⁵, and a lane at most 2¹⁵·2·128 < 2²⁴.
+DISSECT_TARGET_AVX2 inline __m256i scaled_dot32(__m256i u, __m256i x, __m256i scales) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), scales);
+}
+
+DISSECT_TARGET_AVX2 inline __m256i two_scales(int s0, int s1) {
+  return _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(s1)),
+                          _mm_set1_epi16(static_cast<short>(s0)));
+}
+
+/// q4_K and q5_K's eight 6-bit scales and mins, unpacked from their 12 bytes into sc[0..7] and
+/// mins[0..7] (the layout rule of ggml_block_codecs' unpack_scale_min, four bytes at a time).
+inline void unpack_scales_and_mins(const std::uint8_t* packed, std::uint8_t* sc,
+                                   std::uint8_t* mins) {
+  std::uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  constexpr std::uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  const std::uint32_t scales[2] = {u[0] & low6, (u[2] & low4) | (((u[0] >> 6) & low2) << 4)};
+  const std::uint32_t minimums[2] = {u[1] & low6,
+                                     ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4)};
+  std::memcpy(sc, scales, 8);
+  std::memcpy(mins, minimums, 8);
+}
+
+/// Σ_j m_j·(bsums[2j] + bsums[2j+1]): the mins against q8_K's sums of 16.
+DISSECT_TARGET_AVX2 inline int mins_dot(const std::uint8_t* mins, const std::uint8_t* bsums) {
+  const __m128i pairs =
+      _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums)),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums + 16)));
+  const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mins)));
+  __m128i s = _mm_madd_epi16(pairs, m);
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// q8_K: d:f32 | 256 × i8 | bsums: 16 × i16.
+inline float q8_K_scale(const std::uint8_t* a) {
+  float d;
+  std::memcpy(&d, a, 4);
+  return d;
+}
+
+/// One q4_K (or, with `high_bits`, q5_K) super-block against one q8_K block.
+template <bool five_bit>
+DISSECT_TARGET_AVX2 inline float dot_affine_K(const std::uint8_t* w, const std::uint8_t* a) {
+  const float dx = q8_K_scale(a);
+  const float d = dissect::detail::ggml::load_f16(w) * dx;
+  const float dmin = dissect::detail::ggml::load_f16(w + 2) * dx;
+  alignas(8) std::uint8_t sc[8], mins[8];
+  unpack_scales_and_mins(w + 4, sc, mins);
+  const std::uint8_t* qs = w + (five_bit ? 48 : 16);
+  const std::uint8_t* xq = a + 4;
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  __m256i high = five_bit ? load256(w + 16) : _mm256_setzero_si256();
+  __m256i acc = _mm256_setzero_si256();
+  for (int j = 0; j < 4; ++j) {
+    const __m256i v = load256(qs + 32 * j);
+    __m256i lo = _mm256_and_si256(v, low4);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    if constexpr (five_bit) {
+      // Bits 2j and 2j+1 of qh byte l are the fifth bits of values 64j + l and 64j + 32 + l.
+      const __m256i one = _mm256_set1_epi8(1);
+      lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(high, one), 4));
+      hi = _mm256_or_si256(hi,
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 1), one), 4));
+      high = _mm256_srli_epi16(high, 2);
+    }
+    acc = _mm256_add_epi32(
+        acc, scaled_dot32(lo, load256(xq + 64 * j), two_scales(sc[2 * j], sc[2 * j])));
+    acc = _mm256_add_epi32(
+        acc, scaled_dot32(hi, load256(xq + 64 * j + 32), two_scales(sc[2 * j + 1], sc[2 * j + 1])));
+  }
+  return d * static_cast<float>(hsum_i32(acc)) -
+         dmin * static_cast<float>(mins_dot(mins, a + 4 + 256));
+}
+
+/// One q6_K super-block against one q8_K block.
+DISSECT_TARGET_AVX2 inline float dot_q6_K(const std::uint8_t* w, const std::uint8_t* a) {
+  const float d = dissect::detail::ggml::load_f16(w + 208) * q8_K_scale(a);
+  const auto* sc = reinterpret_cast<const std::int8_t*>(w + 192);
+  const std::uint8_t* xq = a + 4;
+  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03);
+  __m256i acc = _mm256_setzero_si256();
+  for (int h = 0; h < 2; ++h) {
+    const __m256i ql0 = load256(w + 64 * h), ql1 = load256(w + 64 * h + 32);
+    const __m256i qh = load256(w + 128 + 32 * h);
+    const __m256i bits[4] = {_mm256_and_si256(qh, low2),
+                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), low2),
+                             _mm256_and_si256(_mm256_srli_epi16(qh, 4), low2),
+                             _mm256_and_si256(_mm256_srli_epi16(qh, 6), low2)};
+    const __m256i nibbles[4] = {_mm256_and_si256(ql0, low4), _mm256_and_si256(ql1, low4),
+                                _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4)};
+    for (int p = 0; p < 4; ++p) {
+      // Values 128h + 32p … +31: nibble | 2 high bits << 4, scales 8h + 2p and 8h + 2p + 1.
+      const __m256i q = _mm256_or_si256(nibbles[p], _mm256_slli_epi16(bits[p], 4));
+      const int g = 8 * h + 2 * p;
+      acc = _mm256_add_epi32(
+          acc, scaled_dot32(q, load256(xq + 128 * h + 32 * p), two_scales(sc[g], sc[g + 1])));
+    }
+  }
+  // The +32 bias of every stored value, against q8_K's sums of 16.
+  const __m256i bsums = load256(a + 4 + 256);
+  const __m256i scales16 =
+      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+  const int bias = hsum_i32(_mm256_madd_epi16(bsums, scales16));
+  return d * static_cast<float>(hsum_i32(acc) - 32 * bias);
+}
+
+/// A row of q8_0 blocks against a row of q8_0 activations: Σ_b d_b·dx_b·Σ q·x̃.
+DISSECT_TARGET_AVX2 inline float dot_q8_0_row(const std::uint8_t* w, const std::uint8_t* a,
+                                              index_t blocks) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (index_t b = 0; b < blocks; ++b, w += 34, a += 34) {
+    const __m256i q = load256(w + 2), x = load256(a + 2);
+    // u8 × i8 products: |q| as the unsigned operand, x with q's sign. |q| ≤ 128, |x| ≤ 127, so
+    // a pair is below 2¹⁵.
+    const __m256i dot = _mm256_madd_epi16(
+        _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q)), ones);
+    const float scale = dissect::detail::ggml::load_f16(w) * dissect::detail::ggml::load_f16(a);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc);
+  }
+  return hsum_f32(acc);
+}
+
+/// A row of W (`row_bytes` of `format` blocks) against a row of activations.
+DISSECT_TARGET_AVX2 inline float dot_row(WeightFormat format, const std::uint8_t* w,
+                                         const std::uint8_t* a, index_t K) {
+  if (format == WeightFormat::q8_0) return dot_q8_0_row(w, a, K / 32);
+  float sum = 0;
+  const index_t blocks = K / 256;
+  const index_t weight_bytes = ggml_type_info(ggml_type_of(format)).block_bytes;
+  for (index_t b = 0; b < blocks; ++b, w += weight_bytes, a += 292) {
+    switch (format) {
+      case WeightFormat::q4_K:
+        sum += dot_affine_K<false>(w, a);
+        break;
+      case WeightFormat::q5_K:
+        sum += dot_affine_K<true>(w, a);
+        break;
+      default:
+        sum += dot_q6_K(w, a);
+        break;
+    }
+  }
+  return sum;
+}
+
+/// Weight rows per task: 4 rows of one weight (≤ 5 KB at K = 5632 in q4_K) stay in L1 while
+/// every activation row passes them, so each activation block is read from L2 once per 4.
+inline constexpr index_t ggml_rows_per_task = 4;
+
+/// The OpenMP loop stays outside the target attribute (as drive's does): each worker calls the
+/// AVX2 row dot.
+inline void ggml_avx2_matmul(const GgmlWeightsView& w, const float* x, index_t ldx, index_t m,
+                             float* y, index_t ldy, const float* bias, int threads) {
+  const GgmlType activation = ggml_activation_type(w.format);
+  const index_t K = w.cols;
+  const index_t activation_bytes = ggml_row_bytes(activation, K);
+  const index_t row_bytes = ggml_row_bytes(ggml_type_of(w.format), K);
+  auto* xq = reinterpret_cast<std::uint8_t*>(scratch(std::size_t(m * activation_bytes)));
+  quantize_ggml_activations(w.format, x, ldx, m, K, xq);
+  threads = static_cast<int>(std::clamp<index_t>(w.rows * K / min_weights_per_thread, 1, threads));
+  const index_t tasks = (w.rows + ggml_rows_per_task - 1) / ggml_rows_per_task;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+#else
+  (void)threads;
+#endif
+  for (index_t t = 0; t < tasks; ++t) {
+    const index_t n0 = t * ggml_rows_per_task;
+    const index_t n1 = std::min(w.rows, n0 + ggml_rows_per_task);
+    for (index_t i = 0; i < m; ++i) {
+      for (index_t n = n0; n < n1; ++n) {
+        const float sum = dot_row(w.format, w.blocks + n * row_bytes, xq + i * activation_bytes, K);
+        y[i * ldy + n] = bias ? sum + bias[n] : sum;
+      }
+    }
+  }
+}
+
+#endif  // DISSECT_X86
+
+inline void ggml_matmul(KernelPath path, const GgmlWeightsView& w, const float* x, index_t ldx,
+                        index_t m, float* y, index_t ldy, const float* bias, int threads) {
+  const std::string_view name = weight_format_name(w.format);
+  const std::string op =
+      dissect::detail::concat("quantized_matmul(", name, ", ", kernel_path_name(path), ")");
+  const std::string shapes =
+      dissect::detail::concat(" (x: [m, K] = [", m, ", ", w.cols, "], ldx ", ldx, "; W: [N, K] = [",
+                              w.rows, ", ", w.cols, "]; y ldy ", ldy, ")");
+  if (!is_ggml_format(w.format)) {
+    throw ConfigError(dissect::detail::concat(op, ": not one of ggml's block formats"));
+  }
+  if (!path_applies(path, w.format)) {
+    throw ConfigError(dissect::detail::concat(op, ": the ", kernel_path_name(path),
+                                              " path has no kernel for ", name, " weights"));
+  }
+  if (!cpu_supports(path)) {
+    throw Error(
+        dissect::detail::concat(op, ": this CPU cannot run the ", kernel_path_name(path), " path"));
+  }
+  if (threads < 1) {
+    throw ConfigError(dissect::detail::concat(op, ": threads = ", threads, " (must be >= 1)"));
+  }
+  const index_t block = ggml_type_info(ggml_type_of(w.format)).block_elements;
+  if (w.cols < 1 || w.rows < 0 || m < 0) {
+    throw ShapeError(dissect::detail::concat(op, ": negative extent or K < 1", shapes));
+  }
+  if (w.cols % block != 0) {
+    throw ShapeError(dissect::detail::concat(op, ": K = ", w.cols, " is not a multiple of ", name,
+                                             "'s block of ", block, shapes));
+  }
+  if (m == 0 || w.rows == 0) return;
+  if (ldx < w.cols) throw ShapeError(dissect::detail::concat(op, ": ldx < K", shapes));
+  if (ldy < w.rows) throw ShapeError(dissect::detail::concat(op, ": ldy < N", shapes));
+  if (!w.blocks || !x || !y) {
+    throw Error(dissect::detail::concat(op, ": null weights, x or y", shapes));
+  }
+#if DISSECT_X86
+  if (path == KernelPath::avx2) {
+    ggml_avx2_matmul(w, x, ldx, m, y, ldy, bias, threads);
+    return;
+  }
+#endif
+  ggml_scalar_matmul(w, x, ldx, m, y, ldy, bias);
+}
+
+}  // namespace dissect::quant::detail
