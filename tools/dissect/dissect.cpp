@@ -481,6 +481,18 @@ std::vector<index_t> prompt_ids(const GenerateOptions& o, const dissect::Transfo
   return ids;
 }
 
+/// The formats of a quantised weight: one, or one per run of rows stacked from ggml formats.
+std::vector<dissect::WeightFormat> layer_formats(const dissect::QuantizedWeight& weight) {
+  std::vector<dissect::WeightFormat> formats;
+  for (const auto& run : weight.ggml_rows()) {
+    if (std::find(formats.begin(), formats.end(), run.format) == formats.end()) {
+      formats.push_back(run.format);
+    }
+  }
+  if (formats.empty()) formats.push_back(weight.format());
+  return formats;
+}
+
 template <class Model>
 int run_generation(const Model& model, const std::vector<index_t>& prompt,
                    const std::optional<dissect::tools::ByteVocab>& vocab,
@@ -522,12 +534,30 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
             << "decode   " << std::max<index_t>(stats.new_tokens - 1, 0) << " tokens, "
             << stats.decode_tokens_per_second() << " tokens/s"
             << (stats.stopped_at_context ? " (stopped: the context is full)" : "") << "\n";
+  if constexpr (std::is_same_v<typename Model::scalar_type, float>) {
+    // Which storage each layer's forward read, and the kernel path its format ran on.
+    std::map<std::string, int> layers;
+    dissect::for_each_layer(model, [&](const std::string&, const dissect::Linear<float>& layer) {
+      if (!layer.quantized()) {
+        ++layers["fp32"];
+        return;
+      }
+      for (const auto format : layer_formats(layer.quantized_weight())) {
+        ++layers[dissect::concat(dissect::weight_format_name(format), " on ",
+                                 dissect::kernel_path_name(dissect::quant::active_kernel_path(
+                                     format, stats.prompt_tokens)))];
+      }
+    });
+    std::cout << "weights ";
+    for (const auto& [what, count] : layers) std::cout << " " << what << " ×" << count;
+    std::cout << "\n";
+  }
   return exit_ok;
 }
 
 // A GGUF file: its config from the metadata, checked against every tensor before anything else;
 // its tokenizer from tokenizer.ggml.* (llama.cpp's, text/gguf_tokenizer.hpp); its weights
-// dequantised to float.
+// dequantised to float, the kept block types also run on their own blocks (io/gguf_weights.hpp).
 int generate_gguf(const GenerateOptions& o) {
   const dissect::GgufFile file(o.checkpoint);
   const dissect::HfConfig model = dissect::read_gguf_config(file);
@@ -675,12 +705,14 @@ int convert(const ConvertOptions& o) {
     }
     const dissect::GgufFile file(o.input);
     const dissect::HfConfig model = dissect::read_gguf_config(file);
+    dissect::GgufLoadOptions dense;  // the checkpoint is written from the float weights alone
+    dense.keep_quantized = false;
     if (model.family == dissect::ModelFamily::llama) {
       dissect::save_hf_checkpoint(
-          o.output, dissect::load_gguf_model<dissect::LlamaModel<float>>(file), dtype);
+          o.output, dissect::load_gguf_model<dissect::LlamaModel<float>>(file, dense), dtype);
     } else {
-      dissect::save_hf_checkpoint(o.output,
-                                  dissect::load_gguf_model<dissect::GPT2Model<float>>(file), dtype);
+      dissect::save_hf_checkpoint(
+          o.output, dissect::load_gguf_model<dissect::GPT2Model<float>>(file, dense), dtype);
     }
     std::cout << "converted   " << o.input.string() << " (" << dissect::family_name(model.family)
               << ", " << file.tensors().size() << " tensors) to a Hugging Face checkpoint\n"

@@ -9,7 +9,12 @@
 //
 // The layouts: a GGUF tensor of dims {in, out} is dissect's [out, in] as it is (ggml's ne[0] is
 // the contiguous axis). Every type of quant/ggml_blocks.hpp is dequantised to float on loading,
-// bit for bit as llama.cpp dequantises it. LLaMA's q and k rows are un-permuted: llama.cpp's
+// bit for bit as llama.cpp dequantises it; and by default each Linear whose tensors are q4_0,
+// q8_0, q4_K, q5_K or q6_K also keeps those blocks (QuantizedWeight::from_ggml) and runs on the
+// quantised kernels, with llama.cpp's activation rounding (quant/detail/ggml_dot.hpp). A Linear
+// stacked from tensors of several kept types (q, k and v under a K-quant recipe) keeps each run
+// of rows in its own type; one with any other type (f32, f16, bf16, q4_1, q5_0, q5_1, or q4_0
+// beside another type) runs in float. LLaMA's q and k rows are un-permuted: llama.cpp's
 // converter reorders the rows of each head from Hugging Face's halves (rotate_half pairs i and
 // i + d_k/2) to interleaved pairs (its RoPE pairs 2i and 2i + 1), row (j, i) of a head moving to
 // 2i + j for j ∈ {0, 1}, i < d_k/2; dissect's RoPE is Hugging Face's, so each row goes back:
@@ -28,6 +33,7 @@
 #include "dissect/io/safetensors.hpp"
 #include "dissect/io/state_dict.hpp"
 #include "dissect/models/decoder_model.hpp"
+#include "dissect/quant/weight_format.hpp"
 
 namespace dissect {
 
@@ -83,11 +89,25 @@ class GgufWeightsView {
 template <class Scalar, std::size_t Rank>
 void load_into(const GgufWeightsView& view, std::string_view name, TensorView<Scalar, Rank> target);
 
-/// The GPT2Model or LlamaModel a GGUF file holds, every weight dequantised to Scalar.
+/// How load_gguf_model treats a file's quantised tensors.
+struct GgufLoadOptions {
+  /// Keep the blocks of the Linear layers' q4_0, q8_0, q4_K, q5_K and q6_K tensors and run
+  /// them on the quantised kernels (float models only). Off: every layer runs in float on the
+  /// dequantised weights, which are filled either way.
+  bool keep_quantized = true;
+};
+
+/// The GPT2Model or LlamaModel a GGUF file holds, every weight dequantised to Scalar, the
+/// quantised ones also kept as options say.
 /// @throws as read_gguf_config; ConfigError if the file's architecture is not Model's family;
 ///         Error as load_state_dict.
 template <class Model>
-Model load_gguf_model(const GgufFile& file);
+Model load_gguf_model(const GgufFile& file, GgufLoadOptions options = {});
+
+/// Gives every Linear<float> of `model` whose GGUF tensors are all of kept types their blocks
+/// (the rotary rows un-permuted, parts stacked); returns how many layers it changed.
+template <class Model>
+index_t keep_gguf_blocks(Model& model, const GgufWeightsView& view);
 
 // ---- implementation -----------------------------------------------------------------------------
 
@@ -201,13 +221,75 @@ void load_into(const GgufWeightsView& view, std::string_view name,
   }
 }
 
+namespace detail {
+
+/// The blocks of one GGUF tensor as dissect's rows: permuted back for the rotary projections.
+inline std::vector<std::uint8_t> gguf_part_rows(const GgufFile& file, const GgufPart& part) {
+  const GgufTensorInfo& info = file.info(part.name);
+  const std::span<const std::byte> bytes = file.bytes(part.name);
+  const auto* data = reinterpret_cast<const std::uint8_t*>(bytes.data());
+  if (part.heads == 0) return {data, data + bytes.size()};
+  const index_t rows = info.dims[1], row_bytes = ggml_row_bytes(info.type, info.dims[0]);
+  std::vector<std::uint8_t> out(bytes.size());
+  for (index_t r = 0; r < rows; ++r) {
+    const index_t source = gguf_rotary_source_row(r, rows / part.heads);
+    std::copy(data + source * row_bytes, data + (source + 1) * row_bytes,
+              out.begin() + r * row_bytes);
+  }
+  return out;
+}
+
+}  // namespace detail
+
 template <class Model>
-Model load_gguf_model(const GgufFile& file) {
+index_t keep_gguf_blocks(Model& model, const GgufWeightsView& view) {
+  index_t changed = 0;
+  for_each_layer(model, [&](const std::string& path, Linear<float>& layer) {
+    const std::string name = path + ".weight";
+    if (!view.contains(name)) return;
+    const auto& parts = view.mapped(name).parts;
+    const GgufFile& file = view.file();
+    const GgmlType first = file.info(parts.front().name).type;
+    bool one_type = true;
+    for (const GgufPart& part : parts) {
+      const GgmlType type = file.info(part.name).type;
+      if (!QuantizedWeight::keeps_ggml_type(type)) return;
+      one_type = one_type && type == first;
+    }
+    const index_t cols = layer.in_features();
+    if (one_type) {
+      std::vector<std::uint8_t> blocks;
+      for (const GgufPart& part : parts) {
+        const std::vector<std::uint8_t> rows = detail::gguf_part_rows(file, part);
+        blocks.insert(blocks.end(), rows.begin(), rows.end());
+      }
+      layer.set_quantized_weight(
+          QuantizedWeight::from_ggml(first, layer.out_features(), cols, blocks));
+    } else {
+      std::vector<QuantizedWeight> stacked;
+      for (const GgufPart& part : parts) {
+        const GgufTensorInfo& info = file.info(part.name);
+        if (!weight_format_of(info.type)) return;  // q4_0 beside another type: stays float
+        stacked.push_back(QuantizedWeight::from_ggml(info.type, info.dims[1], cols,
+                                                     detail::gguf_part_rows(file, part)));
+      }
+      layer.set_quantized_weight(QuantizedWeight::stack_rows(std::move(stacked)));
+    }
+    ++changed;
+  });
+  return changed;
+}
+
+template <class Model>
+Model load_gguf_model(const GgufFile& file, GgufLoadOptions options) {
   const HfConfig model = read_gguf_config(file);
   require_family<Model>(model.family, concat("load_gguf_model: ", file.path().string()));
   Model result(model.config);
   const GgufWeightsView view(file, model);
   load_state_dict(result, view);
+  if constexpr (std::is_same_v<typename Model::scalar_type, float>) {
+    if (options.keep_quantized) keep_gguf_blocks(result, view);
+  }
   return result;
 }
 
