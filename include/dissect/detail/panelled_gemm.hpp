@@ -36,15 +36,22 @@ inline constexpr index_t skinny_rows = 32;
 /// join (a few µs) to pay off.
 inline constexpr index_t min_values_per_thread = index_t{1} << 16;
 
+/// The threads for a kernel that splits the weight rows itself at any number of activation rows
+/// (the quantised kernels): OpenMP's count, 1 inside a parallel region or for too little work.
+inline int threads_for_weights(index_t streamed_values);
+
 /// How many threads to split a skinny product over: 1 without OpenMP, inside a parallel region,
 /// for products with many rows (Eigen threads those itself), or when the work is too small.
 inline int threads_for_product(index_t rows, index_t streamed_values) {
+  return rows > skinny_rows ? 1 : threads_for_weights(streamed_values);
+}
+
+inline int threads_for_weights(index_t streamed_values) {
 #ifdef _OPENMP
-  if (rows > skinny_rows || omp_in_parallel()) return 1;
+  if (omp_in_parallel()) return 1;
   const index_t useful = std::max<index_t>(1, streamed_values / min_values_per_thread);
   return static_cast<int>(std::min<index_t>(useful, omp_get_max_threads()));
 #else
-  (void)rows;
   (void)streamed_values;
   return 1;
 #endif

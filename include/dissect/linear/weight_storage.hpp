@@ -81,8 +81,9 @@ void WeightStorage::forward_matmul(const ConstMatrixRef<Scalar>& x,
     const float* b = bias ? bias->data() : nullptr;
     if (const QuantizedWeight* q = quantized()) {
       const index_t m = x.rows();
+      // At every m: prefill used to run these on one thread, as if Eigen threaded them.
       q->matmul(x.data(), x.outerStride(), m, y.data(), y.outerStride(), b,
-                detail::threads_for_product(m, q->rows() * q->cols()));
+                detail::threads_for_weights(q->rows() * q->cols()));
       return;
     }
     if (const PackedWeight* p = packed()) {
