@@ -1,7 +1,8 @@
-// Tests for the ggml block kernels (quant/detail/ggml_dot.hpp) and QuantizedWeight in ggml's
-// formats (q8_0, q4_K, q5_K, q6_K): the AVX2 integer path against an exact double sum of the
-// same quantised activations, with ŵ rebuilt here from the formats' published formulas (not from
-// the library's decoder); the path against the scalar oracle within the activation rounding;
+// Tests for the ggml block kernels (quant/detail/ggml_dot.hpp, ggml_dot_avx512.hpp) and
+// QuantizedWeight in ggml's formats (q8_0, q4_K, q5_K, q6_K): the AVX2 and AVX-512 VNNI integer
+// paths against an exact double sum of the same quantised activations, with ŵ rebuilt here from
+// the formats' published formulas (not from the library's decoder), over a thousand shapes; the
+// paths against the scalar oracle within the activation rounding;
 // the oracle on a hand-built block; stacking, permuting and keeping GGUF blocks; and the errors.
 #include <gtest/gtest.h>
 
@@ -139,41 +140,70 @@ std::vector<double> quantised_activations(WeightFormat f, const std::vector<floa
 constexpr WeightFormat ggml_formats[] = {WeightFormat::q8_0, WeightFormat::q4_K, WeightFormat::q5_K,
                                          WeightFormat::q6_K};
 
-TEST(GgmlDot, Avx2IsTheExactSumOfTheQuantisedActivations) {
-  if (!quant::cpu_supports(KernelPath::avx2)) GTEST_SKIP() << "this CPU has no AVX2";
+/// The integer paths this CPU runs.
+std::vector<KernelPath> integer_paths() {
+  std::vector<KernelPath> out;
+  for (const KernelPath p : {KernelPath::avx2, KernelPath::avx512_vnni}) {
+    if (quant::cpu_supports(p)) out.push_back(p);
+  }
+  return out;
+}
+
+/// y = x̂·ŵᵀ + b exactly (double), and Σ|terms| for the float rounding bound.
+void exact_products(WeightFormat f, const std::vector<std::uint8_t>& bytes, index_t N, index_t K,
+                    const std::vector<double>& xq, index_t m, const std::vector<float>& bias,
+                    std::vector<double>& exact, std::vector<double>& magnitude) {
+  const index_t per_block = block_of(f), bb = block_bytes_of(f);
+  std::vector<double> a(static_cast<std::size_t>(per_block)), c(a);
+  exact.assign(std::size_t(m * N), 0);
+  magnitude.assign(std::size_t(m * N), 0);
+  for (index_t n = 0; n < N; ++n) {
+    for (index_t i = 0; i < m; ++i) {
+      double e = bias.empty() ? 0 : bias[std::size_t(n)];
+      double mag = std::abs(e);
+      for (index_t b = 0; b < K / per_block; ++b) {
+        reference_terms(f, bytes.data() + (n * (K / per_block) + b) * bb, a.data(), c.data());
+        for (index_t k = 0; k < per_block; ++k) {
+          const double xv = xq[std::size_t(i * K + b * per_block + k)];
+          e += (a[std::size_t(k)] - c[std::size_t(k)]) * xv;
+          mag += (std::abs(a[std::size_t(k)]) + std::abs(c[std::size_t(k)])) * std::abs(xv);
+        }
+      }
+      exact[std::size_t(i * N + n)] = e;
+      magnitude[std::size_t(i * N + n)] = mag;
+    }
+  }
+}
+
+TEST(GgmlDot, IntegerPathsAreTheExactSumOfTheQuantisedActivations) {
+  const auto paths = integer_paths();
+  if (paths.empty()) GTEST_SKIP() << "this CPU has no AVX2";
   std::mt19937_64 rng(26);
-  for (const WeightFormat f : ggml_formats) {
-    for (const index_t blocks : {1, 3}) {
-      for (const index_t m : {1, 2, 7}) {
-        const index_t K = blocks * (f == WeightFormat::q8_0 ? 96 : 256), N = 9;
-        SCOPED_TRACE(::testing::Message() << weight_format_name(f) << " K " << K << " m " << m);
-        const auto bytes = random_blocks(f, N, K, rng);
-        const auto x = random_floats(std::size_t(m * K), rng);
-        const auto bias = random_floats(std::size_t(N), rng);
-        const qd::GgmlWeightsView w{f, bytes.data(), N, K};
-        std::vector<float> y(std::size_t(m * N), NAN), y2(y);
-        qd::ggml_matmul(KernelPath::avx2, w, x.data(), K, m, y.data(), N, bias.data(), 1);
-        qd::ggml_matmul(KernelPath::avx2, w, x.data(), K, m, y2.data(), N, bias.data(), 2);
-        EXPECT_EQ(std::memcmp(y.data(), y2.data(), y.size() * 4), 0) << "threads change bits";
-        const auto xq = quantised_activations(f, x, m, K);
-        const index_t per_block = block_of(f), bb = block_bytes_of(f);
-        std::vector<double> a(static_cast<std::size_t>(per_block)), c(a);
-        for (index_t n = 0; n < N; ++n) {
-          for (index_t i = 0; i < m; ++i) {
-            double exact = bias[std::size_t(n)], magnitude = std::abs(bias[std::size_t(n)]);
-            for (index_t b = 0; b < K / per_block; ++b) {
-              reference_terms(f, bytes.data() + (n * (K / per_block) + b) * bb, a.data(), c.data());
-              for (index_t k = 0; k < per_block; ++k) {
-                const double xv = xq[std::size_t(i * K + b * per_block + k)];
-                exact += (a[std::size_t(k)] - c[std::size_t(k)]) * xv;
-                magnitude +=
-                    (std::abs(a[std::size_t(k)]) + std::abs(c[std::size_t(k)])) * std::abs(xv);
-              }
-            }
+  for (const KernelPath path : paths) {
+    for (const WeightFormat f : ggml_formats) {
+      // m up to 17 crosses the AVX-512 path's tiles of 8 rows; 1 and 3 q8_0 blocks leave a pair
+      // of blocks half empty.
+      for (const index_t K : {f == WeightFormat::q8_0 ? index_t{32} : index_t{256},
+                              f == WeightFormat::q8_0 ? index_t{96} : index_t{768}}) {
+        for (const index_t m : {1, 2, 7, 9, 17}) {
+          const index_t N = 9;
+          SCOPED_TRACE(::testing::Message() << quant::kernel_path_name(path) << " "
+                                            << weight_format_name(f) << " K " << K << " m " << m);
+          const auto bytes = random_blocks(f, N, K, rng);
+          const auto x = random_floats(std::size_t(m * K), rng);
+          const auto bias = random_floats(std::size_t(N), rng);
+          const qd::GgmlWeightsView w{f, bytes.data(), N, K};
+          std::vector<float> y(std::size_t(m * N), NAN), y2(y);
+          qd::ggml_matmul(path, w, x.data(), K, m, y.data(), N, bias.data(), 1);
+          qd::ggml_matmul(path, w, x.data(), K, m, y2.data(), N, bias.data(), 2);
+          EXPECT_EQ(std::memcmp(y.data(), y2.data(), y.size() * 4), 0) << "threads change bits";
+          std::vector<double> exact, magnitude;
+          exact_products(f, bytes, N, K, quantised_activations(f, x, m, K), m, bias, exact,
+                         magnitude);
+          for (std::size_t e = 0; e < y.size(); ++e) {
             // A few roundings per block of its terms, and the sum over the K/B blocks.
-            const double bound = (8 + double(K / per_block + 8)) * u32 * magnitude;
-            EXPECT_LE(std::abs(y[std::size_t(i * N + n)] - exact), bound)
-                << "n " << n << " i " << i;
+            const double bound = (8 + double(K / block_of(f) + 8)) * u32 * magnitude[e];
+            EXPECT_LE(std::abs(y[e] - exact[e]), bound) << "element " << e;
           }
         }
       }
@@ -181,39 +211,77 @@ TEST(GgmlDot, Avx2IsTheExactSumOfTheQuantisedActivations) {
   }
 }
 
-TEST(GgmlDot, Avx2DiffersFromTheOracleByTheActivationRoundingAlone) {
-  if (!quant::cpu_supports(KernelPath::avx2)) GTEST_SKIP() << "this CPU has no AVX2";
-  std::mt19937_64 rng(7);
-  for (const WeightFormat f : ggml_formats) {
-    SCOPED_TRACE(std::string(weight_format_name(f)));
-    const index_t K = 512, N = 12, m = 3;
-    const auto W = random_floats(std::size_t(N * K), rng, 0.1f);
-    const auto q = QuantizedWeight::quantize(ConstTensorView<float, 2>(W.data(), {N, K}), f);
-    const auto x = random_floats(std::size_t(m * K), rng);
-    std::vector<float> fast(std::size_t(m * N)), oracle(fast);
-    const qd::GgmlWeightsView w{f, q.ggml_rows()[0].blocks.data(), N, K};
-    qd::ggml_matmul(KernelPath::avx2, w, x.data(), K, m, fast.data(), N, nullptr, 1);
-    qd::ggml_matmul(KernelPath::scalar, w, x.data(), K, m, oracle.data(), N, nullptr, 1);
-    const auto xq = quantised_activations(f, x, m, K);
-    const Tensor<float, 2> wh = q.dequantize();
-    double worst_gap = 0, worst_bound = 0;
-    for (index_t n = 0; n < N; ++n) {
-      for (index_t i = 0; i < m; ++i) {
-        double rounding = 0, magnitude = 0;
-        for (index_t k = 0; k < K; ++k) {
-          rounding +=
-              std::abs(wh(n, k)) * std::abs(x[std::size_t(i * K + k)] - xq[std::size_t(i * K + k)]);
-          magnitude += std::abs(wh(n, k) * x[std::size_t(i * K + k)]);
-        }
-        const double bound = rounding * (1 + 1e-3) + 64 * u32 * magnitude;
-        const double gap = std::abs(fast[std::size_t(i * N + n)] - oracle[std::size_t(i * N + n)]);
-        EXPECT_LE(gap, bound) << "n " << n << " i " << i;
-        worst_gap = std::max(worst_gap, gap);
-        worst_bound = std::max(worst_bound, 64 * u32 * magnitude);
+TEST(GgmlDot, OverAThousandShapesEveryPathStaysWithinTheFloatSumsOfTheExactProduct) {
+  const auto paths = integer_paths();
+  if (paths.empty()) GTEST_SKIP() << "this CPU has no AVX2";
+  std::mt19937_64 rng(1000);
+  std::uniform_int_distribution<int> pick_format(0, 3), pick_m(1, 20), pick_n(1, 9),
+      pick_blocks(1, 3);
+  int shapes = 0;
+  double worst = 0;
+  for (; shapes < 1200; ++shapes) {
+    const WeightFormat f = ggml_formats[pick_format(rng)];
+    const index_t m = pick_m(rng), N = pick_n(rng), K = pick_blocks(rng) * block_of(f);
+    const auto bytes = random_blocks(f, N, K, rng);
+    const auto x = random_floats(std::size_t(m * K), rng, 3.0f);
+    std::vector<double> exact, magnitude;
+    exact_products(f, bytes, N, K, quantised_activations(f, x, m, K), m, {}, exact, magnitude);
+    for (const KernelPath path : paths) {
+      std::vector<float> y(std::size_t(m * N), NAN);
+      qd::ggml_matmul(path, {f, bytes.data(), N, K}, x.data(), K, m, y.data(), N, nullptr,
+                      1 + shapes % 2);
+      for (std::size_t e = 0; e < y.size(); ++e) {
+        const double bound = (8 + double(K / block_of(f) + 8)) * u32 * magnitude[e];
+        ASSERT_LE(std::abs(y[e] - exact[e]), bound)
+            << quant::kernel_path_name(path) << " " << weight_format_name(f) << " m " << m << " N "
+            << N << " K " << K << " element " << e;
+        worst = std::max(worst, std::abs(y[e] - exact[e]) / magnitude[e]);
       }
     }
-    // The activation rounding is real: without it the paths would agree to float rounding.
-    EXPECT_GT(worst_gap, worst_bound);
+  }
+  EXPECT_EQ(shapes, 1200);
+  // The bound is not loose by orders of magnitude: float sums leave a visible trace.
+  EXPECT_GT(worst, 0.0);
+}
+
+TEST(GgmlDot, IntegerPathsDifferFromTheOracleByTheActivationRoundingAlone) {
+  const auto paths = integer_paths();
+  if (paths.empty()) GTEST_SKIP() << "this CPU has no AVX2";
+  std::mt19937_64 rng(7);
+  for (const KernelPath path : paths) {
+    for (const WeightFormat f : ggml_formats) {
+      SCOPED_TRACE(std::string(weight_format_name(f)) + " on " +
+                   std::string(quant::kernel_path_name(path)));
+      const index_t K = 512, N = 12, m = 3;
+      const auto W = random_floats(std::size_t(N * K), rng, 0.1f);
+      const auto q = QuantizedWeight::quantize(ConstTensorView<float, 2>(W.data(), {N, K}), f);
+      const auto x = random_floats(std::size_t(m * K), rng);
+      std::vector<float> fast(std::size_t(m * N)), oracle(fast);
+      const qd::GgmlWeightsView w{f, q.ggml_rows()[0].blocks.data(), N, K};
+      qd::ggml_matmul(path, w, x.data(), K, m, fast.data(), N, nullptr, 1);
+      qd::ggml_matmul(KernelPath::scalar, w, x.data(), K, m, oracle.data(), N, nullptr, 1);
+      const auto xq = quantised_activations(f, x, m, K);
+      const Tensor<float, 2> wh = q.dequantize();
+      double worst_gap = 0, worst_bound = 0;
+      for (index_t n = 0; n < N; ++n) {
+        for (index_t i = 0; i < m; ++i) {
+          double rounding = 0, magnitude = 0;
+          for (index_t k = 0; k < K; ++k) {
+            rounding += std::abs(wh(n, k)) *
+                        std::abs(x[std::size_t(i * K + k)] - xq[std::size_t(i * K + k)]);
+            magnitude += std::abs(wh(n, k) * x[std::size_t(i * K + k)]);
+          }
+          const double bound = rounding * (1 + 1e-3) + 64 * u32 * magnitude;
+          const double gap =
+              std::abs(fast[std::size_t(i * N + n)] - oracle[std::size_t(i * N + n)]);
+          EXPECT_LE(gap, bound) << "n " << n << " i " << i;
+          worst_gap = std::max(worst_gap, gap);
+          worst_bound = std::max(worst_bound, 64 * u32 * magnitude);
+        }
+      }
+      // The activation rounding is real: without it the paths would agree to float rounding.
+      EXPECT_GT(worst_gap, worst_bound);
+    }
   }
 }
 
@@ -302,7 +370,7 @@ TEST(GgmlWeight, StackedFormatsRunEachRowOnItsOwnBlocks) {
   EXPECT_EQ(stacked.describe(), "q4_K rows 0-2, q6_K rows 3-4, q4_K rows 5-7");
   EXPECT_EQ(stacked.bytes(), 2 * qa.bytes() + qb.bytes());
   const auto x = random_floats(std::size_t(2 * K), rng);
-  for (const KernelPath path : {KernelPath::scalar, KernelPath::avx2}) {
+  for (const KernelPath path : {KernelPath::scalar, KernelPath::avx2, KernelPath::avx512_vnni}) {
     if (!quant::cpu_supports(path)) continue;
     quant::force_kernel_path(path);
     std::vector<float> y(16), ya(6), yb(4);
@@ -346,8 +414,8 @@ TEST(GgmlWeight, BadInputIsAClearError) {
   std::vector<float> x(64, 1.0f), y(1);
   const qd::GgmlWeightsView view{WeightFormat::q8_0, q8.data(), 1, 32};
   EXPECT_THROW_WITH(
-      qd::ggml_matmul(KernelPath::avx512_vnni, view, x.data(), 32, 1, y.data(), 1, nullptr, 1),
-      ConfigError, "the avx512_vnni path has no kernel for q8_0 weights");
+      qd::ggml_matmul(KernelPath::avx512_bf16, view, x.data(), 32, 1, y.data(), 1, nullptr, 1),
+      ConfigError, "the avx512_bf16 path has no kernel for q8_0 weights");
   EXPECT_THROW_WITH(
       qd::ggml_matmul(KernelPath::scalar, view, x.data(), 32, 1, y.data(), 1, nullptr, 0),
       ConfigError, "threads = 0");
@@ -357,11 +425,15 @@ TEST(GgmlWeight, BadInputIsAClearError) {
       ShapeError, "K = 48 is not a multiple of q8_0's block of 32");
 }
 
-TEST(GgmlWeight, PinnedAvx512PathsRunTheAvx2Kernel) {
+TEST(GgmlWeight, PinnedPathsWithoutAGgmlKernelRunTheAvx2One) {
   PinGuard guard;
   quant::force_kernel_path(KernelPath::avx512_vnni);
-  EXPECT_EQ(quant::active_kernel_path(WeightFormat::q6_K, 1), KernelPath::avx2);
+  EXPECT_EQ(quant::active_kernel_path(WeightFormat::q6_K, 1), KernelPath::avx512_vnni);
   EXPECT_EQ(quant::active_kernel_path(WeightFormat::q4_0, 1), KernelPath::avx512_vnni);
+  quant::force_kernel_path(KernelPath::avx512);
+  EXPECT_EQ(quant::active_kernel_path(WeightFormat::q8_0, 128), KernelPath::avx2);
+  quant::force_kernel_path(KernelPath::avx512_bf16);
+  EXPECT_EQ(quant::active_kernel_path(WeightFormat::q4_K, 128), KernelPath::avx2);
   quant::force_kernel_path(KernelPath::scalar);
   EXPECT_EQ(quant::active_kernel_path(WeightFormat::q4_K, 1), KernelPath::scalar);
   EXPECT_EQ(weight_format_from_name("Q4_k"), WeightFormat::q4_K);

@@ -27,7 +27,7 @@ using dissect::WeightFormat;
 // ---- declarations -------------------------------------------------------------------------------
 
 /// Whether `path` has a kernel for `format`: vnni is for int8 and q4_0, bf16 for bf16 only;
-/// ggml's block formats (q8_0, q4_K, q5_K, q6_K) have scalar and avx2 kernels.
+/// ggml's block formats (q8_0, q4_K, q5_K, q6_K) have scalar, avx2 and avx512_vnni kernels.
 constexpr bool path_applies(KernelPath path, WeightFormat format);
 
 /// The fastest supported path for `format` at `m` activation rows, ignoring any pin.
@@ -35,8 +35,8 @@ KernelPath best_kernel_path(WeightFormat format, index_t m);
 
 /// What a dispatch for `format` at `m` rows runs: the pinned path if it applies to `format`;
 /// a pinned avx512_vnni or avx512_bf16 that does not apply falls back to avx512 (both imply it),
-/// and a pinned AVX-512 path falls back to avx2 for ggml's formats (every AVX-512 CPU has
-/// AVX2), so a test can pin one path and run every format; otherwise best_kernel_path.
+/// and a pinned avx512 or avx512_bf16 falls back to avx2 for ggml's formats (every AVX-512 CPU
+/// has AVX2), so a test can pin one path and run every format; otherwise best_kernel_path.
 KernelPath active_kernel_path(WeightFormat format, index_t m = 1);
 
 /// Below this many activation rows bf16 weights take the avx512 path (fp32 activations, exact)
@@ -49,7 +49,10 @@ inline constexpr index_t bf16_dot_min_rows = 33;
 // ---- implementation -----------------------------------------------------------------------------
 
 constexpr bool path_applies(KernelPath path, WeightFormat format) {
-  if (is_ggml_format(format)) return path == KernelPath::scalar || path == KernelPath::avx2;
+  if (is_ggml_format(format)) {
+    return path == KernelPath::scalar || path == KernelPath::avx2 ||
+           path == KernelPath::avx512_vnni;
+  }
   switch (path) {
     case KernelPath::avx512_vnni:
       return format != WeightFormat::bf16;
@@ -62,6 +65,7 @@ constexpr bool path_applies(KernelPath path, WeightFormat format) {
 
 inline KernelPath best_kernel_path(WeightFormat format, index_t m) {
   if (is_ggml_format(format)) {
+    if (cpu_supports(KernelPath::avx512_vnni)) return KernelPath::avx512_vnni;
     return cpu_supports(KernelPath::avx2) ? KernelPath::avx2 : KernelPath::scalar;
   }
   if (format == WeightFormat::bf16 && m >= bf16_dot_min_rows &&

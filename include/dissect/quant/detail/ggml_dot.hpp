@@ -1,7 +1,7 @@
 // dissect/quant/detail/ggml_dot.hpp — PRIVATE: include dissect/quant/weight_format.hpp.
 //
 // y = x·Ŵᵀ (+ b) with W held in ggml's own blocks (q8_0, q4_K, q5_K, q6_K), read in place as a
-// GGUF file stores them. Two paths:
+// GGUF file stores them. Three paths:
 //
 //   scalar  the oracle: Σ_k x_k·ŵ_k in double, ŵ decoded by ggml's dequantize_row_* rule
 //           (quant/detail/ggml_block_codecs.hpp), rounded once. Slow on purpose.
@@ -13,6 +13,8 @@
 //             q8_0        Σ q·x̃ per block, scaled by d·dx
 //           So dissect and llama.cpp sum the same integers; only the order of the few float
 //           additions per block differs.
+//   avx512_vnni  the same integer sums, each weight block decoded once for ggml_tile_rows
+//           activation rows (quant/detail/ggml_dot_avx512.hpp): the prefill path.
 //
 // Error of avx2 against the exact Σ_k x_k·ŵ_k + b: the activation rounding,
 // Σ_k |ŵ_k|·|x_k − x̂_k| with |x_k − x̂_k| ≤ dx/2 (half a step of its block's scale, plus a few
@@ -20,8 +22,8 @@
 // activation block. ŵ itself is ggml's float rounding of d·sc·q − dmin·m; the integer form uses
 // the exact value, within 2⁻²⁴·|ŵ| of it.
 //
-// A CPU without AVX2 (or a pinned scalar path) runs the oracle; a pinned AVX-512 path runs avx2,
-// which every AVX-512 CPU has (quant/kernel_path.hpp).
+// A CPU without AVX2 (or a pinned scalar path) runs the oracle; a pinned avx512 or avx512_bf16
+// path runs avx2, which every AVX-512 CPU has (quant/kernel_path.hpp).
 #pragma once
 
 #ifndef DISSECT_PUBLIC_HEADER
@@ -64,7 +66,8 @@ GgmlType ggml_activation_type(WeightFormat format);
 void quantize_ggml_activations(WeightFormat format, const float* x, index_t ldx, index_t m,
                                index_t K, std::uint8_t* out);
 
-/// As quantized_matmul in quant_kernels.hpp, for ggml blocks; `path` must be scalar or avx2.
+/// As quantized_matmul in quant_kernels.hpp, for ggml blocks; `path` must be scalar, avx2 or
+/// avx512_vnni.
 /// @throws as there: ConfigError for a path that has no kernel for the format; ShapeError for
 ///         K not a whole number of blocks.
 void ggml_matmul(KernelPath path, const GgmlWeightsView& w, const float* x, index_t ldx, index_t m,
@@ -291,17 +294,14 @@ DISSECT_TARGET_AVX2 inline float dot_row(WeightFormat format, const std::uint8_t
 /// every activation row passes them, so each activation block is read from L2 once per 4.
 inline constexpr index_t ggml_rows_per_task = 4;
 
-/// The OpenMP loop stays outside the target attribute (as drive's does): each worker calls the
-/// AVX2 row dot.
-inline void ggml_avx2_matmul(const GgmlWeightsView& w, const float* x, index_t ldx, index_t m,
-                             float* y, index_t ldy, const float* bias, int threads) {
-  const GgmlType activation = ggml_activation_type(w.format);
-  const index_t K = w.cols;
-  const index_t activation_bytes = ggml_row_bytes(activation, K);
-  const index_t row_bytes = ggml_row_bytes(ggml_type_of(w.format), K);
-  auto* xq = reinterpret_cast<std::uint8_t*>(scratch(std::size_t(m * activation_bytes)));
-  quantize_ggml_activations(w.format, x, ldx, m, K, xq);
-  threads = static_cast<int>(std::clamp<index_t>(w.rows * K / min_weights_per_thread, 1, threads));
+/// body(n0, n1) for each run of ggml_rows_per_task weight rows [n0, n1), the runs split over at
+/// most `threads` threads (fewer for a small W) by OpenMP's static schedule, so each thread
+/// streams its own part of W. The loop stays outside the target attributes (as drive's does):
+/// each worker calls the SIMD code.
+template <class Body>
+void for_each_weight_task(const GgmlWeightsView& w, int threads, const Body& body) {
+  threads =
+      static_cast<int>(std::clamp<index_t>(w.rows * w.cols / min_weights_per_thread, 1, threads));
   const index_t tasks = (w.rows + ggml_rows_per_task - 1) / ggml_rows_per_task;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
@@ -310,17 +310,36 @@ inline void ggml_avx2_matmul(const GgmlWeightsView& w, const float* x, index_t l
 #endif
   for (index_t t = 0; t < tasks; ++t) {
     const index_t n0 = t * ggml_rows_per_task;
-    const index_t n1 = std::min(w.rows, n0 + ggml_rows_per_task);
+    body(n0, std::min(w.rows, n0 + ggml_rows_per_task));
+  }
+}
+
+inline void ggml_avx2_matmul(const GgmlWeightsView& w, const float* x, index_t ldx, index_t m,
+                             float* y, index_t ldy, const float* bias, int threads) {
+  const GgmlType activation = ggml_activation_type(w.format);
+  const index_t K = w.cols;
+  const index_t activation_bytes = ggml_row_bytes(activation, K);
+  const index_t row_bytes = ggml_row_bytes(ggml_type_of(w.format), K);
+  auto* xq = reinterpret_cast<std::uint8_t*>(scratch(std::size_t(m * activation_bytes)));
+  quantize_ggml_activations(w.format, x, ldx, m, K, xq);
+  for_each_weight_task(w, threads, [&](index_t n0, index_t n1) {
     for (index_t i = 0; i < m; ++i) {
       for (index_t n = n0; n < n1; ++n) {
         const float sum = dot_row(w.format, w.blocks + n * row_bytes, xq + i * activation_bytes, K);
         y[i * ldy + n] = bias ? sum + bias[n] : sum;
       }
     }
-  }
+  });
 }
 
 #endif  // DISSECT_X86
+
+}  // namespace dissect::quant::detail
+
+// The AVX-512 kernels build on the helpers above (unpack_scales_and_mins, the activation codecs).
+#include "dissect/quant/detail/ggml_dot_avx512.hpp"
+
+namespace dissect::quant::detail {
 
 inline void ggml_matmul(KernelPath path, const GgmlWeightsView& w, const float* x, index_t ldx,
                         index_t m, float* y, index_t ldy, const float* bias, int threads) {
@@ -361,6 +380,10 @@ inline void ggml_matmul(KernelPath path, const GgmlWeightsView& w, const float* 
 #if DISSECT_X86
   if (path == KernelPath::avx2) {
     ggml_avx2_matmul(w, x, ldx, m, y, ldy, bias, threads);
+    return;
+  }
+  if (path == KernelPath::avx512_vnni) {
+    ggml_avx512_matmul(w, x, ldx, m, y, ldy, bias, threads);
     return;
   }
 #endif
