@@ -23,3 +23,16 @@
 #else
 #define DISSECT_X86 0
 #endif
+
+// GCC 12's own AVX-512 intrinsics (_mm512_undefined_* passthroughs) trip its (maybe-)uninitialized
+// warnings wherever they are inlined (GCC PR 105593). Each AVX-512 header brackets its kernels
+// with these two, which silence them there and nowhere else.
+#if defined(__GNUC__) && !defined(__clang__)
+#define DISSECT_AVX512_WARNINGS_BEGIN                                                  \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wuninitialized\"") \
+      _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#define DISSECT_AVX512_WARNINGS_END _Pragma("GCC diagnostic pop")
+#else
+#define DISSECT_AVX512_WARNINGS_BEGIN
+#define DISSECT_AVX512_WARNINGS_END
+#endif
