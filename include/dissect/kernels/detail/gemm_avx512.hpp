@@ -22,11 +22,8 @@
 
 #if DISSECT_X86
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// GCC PR 105593's warnings silenced for these kernels (simd_targets.hpp).
+DISSECT_AVX512_WARNINGS_BEGIN
 
 namespace dissect::kernels::detail {
 
@@ -226,8 +223,6 @@ struct Avx512Gemm {
 
 }  // namespace dissect::kernels::detail
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+DISSECT_AVX512_WARNINGS_END
 
 #endif  // DISSECT_X86

@@ -17,6 +17,7 @@
 
 #if DISSECT_X86
 
+// GCC PR 105593's warnings silenced for these kernels (simd_targets.hpp).
 DISSECT_AVX512_WARNINGS_BEGIN
 
 namespace dissect::kernels::detail::avx512 {

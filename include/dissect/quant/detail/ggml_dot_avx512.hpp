@@ -42,11 +42,8 @@
 
 #if DISSECT_X86
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// GCC PR 105593's warnings silenced for these kernels (simd_targets.hpp).
+DISSECT_AVX512_WARNINGS_BEGIN
 
 namespace dissect::quant::detail {
 
@@ -348,8 +345,6 @@ inline void ggml_avx512_matmul(const GgmlWeightsView& w, const float* x, index_t
 
 }  // namespace dissect::quant::detail
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+DISSECT_AVX512_WARNINGS_END
 
 #endif  // DISSECT_X86

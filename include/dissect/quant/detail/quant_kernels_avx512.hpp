@@ -17,13 +17,8 @@
 
 #if DISSECT_X86
 
-// GCC 12's own AVX-512 intrinsics (_mm512_undefined_* passthroughs) trip its (maybe-)uninitialized
-// warnings wherever they are inlined (GCC PR 105593): silenced for these kernels only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// GCC PR 105593's warnings silenced for these kernels (simd_targets.hpp).
+DISSECT_AVX512_WARNINGS_BEGIN
 
 namespace dissect::quant::detail {
 
@@ -530,8 +525,6 @@ inline void q4_vnni(const Q4WeightsView& w, const float* x, index_t ldx, index_t
 
 }  // namespace dissect::quant::detail
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+DISSECT_AVX512_WARNINGS_END
 
 #endif  // DISSECT_X86
