@@ -141,75 +141,110 @@ inline void check_call(WeightFormat format, KernelPath path, const void* weights
   }
 }
 
-inline void quantized_matmul(KernelPath path, const Bf16WeightsView& w, const float* x, index_t ldx,
-                             index_t m, float* y, index_t ldy, const float* bias, int threads) {
-  check_call(WeightFormat::bf16, path, w.bits, w.bits, w.rows, w.cols, x, ldx, m, y, ldy, threads);
+/// Per weight format: its WeightFormat, the arrays check_call tests for null, and its kernel on
+/// each SIMD path (nullptr: the path has no kernel for the format, which check_call rejects).
+template <class View>
+struct FormatKernels;
+
+template <class View>
+using KernelFn = void (*)(const View&, const float* x, index_t ldx, index_t m, const Output&,
+                          int threads);
+
+template <>
+struct FormatKernels<Bf16WeightsView> {
+  static constexpr WeightFormat format = WeightFormat::bf16;
+  static const void* weights(const Bf16WeightsView& w) { return w.bits; }
+  static const void* scales(const Bf16WeightsView& w) { return w.bits; }  // it has none
+#if DISSECT_X86
+  static constexpr KernelFn<Bf16WeightsView> avx2 = drive_rows<Bf16Avx2>;
+  static constexpr KernelFn<Bf16WeightsView> avx512 = bf16_avx512;
+  static constexpr KernelFn<Bf16WeightsView> avx512_vnni = nullptr;
+  static constexpr KernelFn<Bf16WeightsView> avx512_bf16 = bf16_dot;
+#endif
+};
+
+template <>
+struct FormatKernels<Int8WeightsView> {
+  static constexpr WeightFormat format = WeightFormat::int8;
+  static const void* weights(const Int8WeightsView& w) { return w.values; }
+  static const void* scales(const Int8WeightsView& w) { return w.scales; }
+#if DISSECT_X86
+  static constexpr KernelFn<Int8WeightsView> avx2 = drive_rows<Int8Avx2>;
+  static constexpr KernelFn<Int8WeightsView> avx512 = drive_rows<Int8Avx512>;
+  static constexpr KernelFn<Int8WeightsView> avx512_vnni = int8_vnni;
+  static constexpr KernelFn<Int8WeightsView> avx512_bf16 = nullptr;
+#endif
+};
+
+template <>
+struct FormatKernels<Q4WeightsView> {
+  static constexpr WeightFormat format = WeightFormat::q4_0;
+  static const void* weights(const Q4WeightsView& w) { return w.nibbles; }
+  static const void* scales(const Q4WeightsView& w) { return w.scales; }
+#if DISSECT_X86
+  static constexpr KernelFn<Q4WeightsView> avx2 = drive_rows<Q4Avx2>;
+  static constexpr KernelFn<Q4WeightsView> avx512 = drive_rows<Q4Avx512>;
+  static constexpr KernelFn<Q4WeightsView> avx512_vnni = q4_vnni;
+  static constexpr KernelFn<Q4WeightsView> avx512_bf16 = nullptr;
+#endif
+};
+
+/// Runs `kernel` and says so; false for a path the table has none for (check_call has rejected
+/// it before this is reached), which then falls to the scalar oracle.
+template <auto kernel, class View>
+bool run_kernel(const View& w, const float* x, index_t ldx, index_t m, const Output& out,
+                int threads) {
+  if constexpr (kernel == nullptr) {
+    return false;
+  } else {
+    kernel(w, x, ldx, m, out, threads);
+    return true;
+  }
+}
+
+/// quantized_matmul for every format: checks the call, then runs the format's kernel for `path`.
+template <class View>
+void quantized_matmul_on(KernelPath path, const View& w, const float* x, index_t ldx, index_t m,
+                         float* y, index_t ldy, const float* bias, int threads) {
+  using Table = FormatKernels<View>;
+  check_call(Table::format, path, Table::weights(w), Table::scales(w), w.rows, w.cols, x, ldx, m, y,
+             ldy, threads);
   if (m == 0 || w.rows == 0) return;
   const Output out{y, ldy, bias};
   switch (path) {
 #if DISSECT_X86
     case KernelPath::avx2:
-      drive<Bf16Avx2>({w, x, ldx, out}, m, w.rows, w.cols, threads);
-      return;
+      if (run_kernel<Table::avx2>(w, x, ldx, m, out, threads)) return;
+      break;
     case KernelPath::avx512:
-      bf16_avx512(w, x, ldx, m, out, threads);
-      return;
+      if (run_kernel<Table::avx512>(w, x, ldx, m, out, threads)) return;
+      break;
+    case KernelPath::avx512_vnni:
+      if (run_kernel<Table::avx512_vnni>(w, x, ldx, m, out, threads)) return;
+      break;
     case KernelPath::avx512_bf16:
-      bf16_dot(w, x, ldx, m, out, threads);
-      return;
+      if (run_kernel<Table::avx512_bf16>(w, x, ldx, m, out, threads)) return;
+      break;
 #endif
     default:
-      scalar_matmul(w, x, ldx, m, y, ldy, bias);
-      return;
+      break;
   }
+  scalar_matmul(w, x, ldx, m, y, ldy, bias);
+}
+
+inline void quantized_matmul(KernelPath path, const Bf16WeightsView& w, const float* x, index_t ldx,
+                             index_t m, float* y, index_t ldy, const float* bias, int threads) {
+  quantized_matmul_on(path, w, x, ldx, m, y, ldy, bias, threads);
 }
 
 inline void quantized_matmul(KernelPath path, const Int8WeightsView& w, const float* x, index_t ldx,
                              index_t m, float* y, index_t ldy, const float* bias, int threads) {
-  check_call(WeightFormat::int8, path, w.values, w.scales, w.rows, w.cols, x, ldx, m, y, ldy,
-             threads);
-  if (m == 0 || w.rows == 0) return;
-  const Output out{y, ldy, bias};
-  switch (path) {
-#if DISSECT_X86
-    case KernelPath::avx2:
-      drive<Int8Avx2>({w, x, ldx, out}, m, w.rows, w.cols, threads);
-      return;
-    case KernelPath::avx512:
-      int8_avx512(w, x, ldx, m, out, threads);
-      return;
-    case KernelPath::avx512_vnni:
-      int8_vnni(w, x, ldx, m, out, threads);
-      return;
-#endif
-    default:
-      scalar_matmul(w, x, ldx, m, y, ldy, bias);
-      return;
-  }
+  quantized_matmul_on(path, w, x, ldx, m, y, ldy, bias, threads);
 }
 
 inline void quantized_matmul(KernelPath path, const Q4WeightsView& w, const float* x, index_t ldx,
                              index_t m, float* y, index_t ldy, const float* bias, int threads) {
-  check_call(WeightFormat::q4_0, path, w.nibbles, w.scales, w.rows, w.cols, x, ldx, m, y, ldy,
-             threads);
-  if (m == 0 || w.rows == 0) return;
-  const Output out{y, ldy, bias};
-  switch (path) {
-#if DISSECT_X86
-    case KernelPath::avx2:
-      drive<Q4Avx2>({w, x, ldx, out}, m, w.rows, w.cols, threads);
-      return;
-    case KernelPath::avx512:
-      q4_avx512(w, x, ldx, m, out, threads);
-      return;
-    case KernelPath::avx512_vnni:
-      q4_vnni(w, x, ldx, m, out, threads);
-      return;
-#endif
-    default:
-      scalar_matmul(w, x, ldx, m, y, ldy, bias);
-      return;
-  }
+  quantized_matmul_on(path, w, x, ldx, m, y, ldy, bias, threads);
 }
 
 inline void quantized_matmul(const Bf16WeightsView& w, const float* x, index_t ldx, index_t m,

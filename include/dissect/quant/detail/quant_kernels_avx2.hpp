@@ -38,12 +38,7 @@ DISSECT_TARGET_AVX2 inline void zero(__m256 (&acc)[MR][NR]) {
 /// 8 weights at p as fp32; Scalar(p) one; Scale(n) what row n's sum is multiplied by at the end.
 template <class View, class Weights>
 struct WidenAvx2 {
-  struct Args {
-    View w;
-    const float* x;
-    index_t ldx;
-    Output out;
-  };
+  using Args = TileArgs<View>;
 
   template <int MR, int NR>
   DISSECT_TARGET_AVX2 static void tile(const Args& a, index_t i0, index_t n0, index_t k0,
@@ -104,12 +99,7 @@ using Bf16Avx2 = WidenAvx2<Bf16WeightsView, Bf16WidenAvx2>;
 using Int8Avx2 = WidenAvx2<Int8WeightsView, Int8WidenAvx2>;
 
 struct Q4Avx2 {
-  struct Args {
-    Q4WeightsView w;
-    const float* x;
-    index_t ldx;
-    Output out;
-  };
+  using Args = TileArgs<Q4WeightsView>;
 
   template <int MR, int NR>
   DISSECT_TARGET_AVX2 static void tile(const Args& a, index_t i0, index_t n0, index_t k0,

@@ -80,12 +80,7 @@ DISSECT_TARGET_AVX512 inline void split_even_odd(const float* x, index_t ldx, in
 }
 
 struct Bf16Avx512 {
-  struct Args {
-    Bf16WeightsView w;
-    const float* xs;  // split_even_odd rows
-    index_t ldxs;
-    Output out;
-  };
+  using Args = TileArgs<Bf16WeightsView>;  // x: split_even_odd rows
 
   template <int MR, int NR>
   DISSECT_TARGET_AVX512 static void tile(const Args& a, index_t i0, index_t n0, index_t k0,
@@ -110,7 +105,7 @@ struct Bf16Avx512 {
       }
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
-        const float* xp = a.xs + (i0 + i) * a.ldxs + k;
+        const float* xp = a.x + (i0 + i) * a.ldx + k;
         const __m512 xe = _mm512_loadu_ps(xp), xo = _mm512_loadu_ps(xp + 16);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; ++r) {
@@ -135,12 +130,7 @@ struct Bf16Avx512 {
 // ---- avx512, int8: sign-extend, convert, FMA; the row scale once at the end -----------------
 
 struct Int8Avx512 {
-  struct Args {
-    Int8WeightsView w;
-    const float* x;
-    index_t ldx;
-    Output out;
-  };
+  using Args = TileArgs<Int8WeightsView>;
 
   template <int MR, int NR>
   DISSECT_TARGET_AVX512 static void tile(const Args& a, index_t i0, index_t n0, index_t k0,
@@ -179,12 +169,7 @@ struct Int8Avx512 {
 // ---- avx512, q4_0: unpack nibbles, (q − 8)·d exactly in fp32, FMA -----------------------------
 
 struct Q4Avx512 {
-  struct Args {
-    Q4WeightsView w;
-    const float* x;
-    index_t ldx;
-    Output out;
-  };
+  using Args = TileArgs<Q4WeightsView>;
 
   template <int MR, int NR>
   DISSECT_TARGET_AVX512 static void tile(const Args& a, index_t i0, index_t n0, index_t k0,
@@ -436,12 +421,7 @@ DISSECT_TARGET_BF16 inline void round_rows_bf16(const float* x, index_t ldx, ind
 }
 
 struct Bf16Dot {
-  struct Args {
-    Bf16WeightsView w;
-    const std::uint16_t* xb;  // round_rows_bf16
-    index_t ldxb;
-    Output out;
-  };
+  using Args = TileArgs<Bf16WeightsView, std::uint16_t>;  // x: round_rows_bf16 rows
 
   template <int MR, int NR>
   DISSECT_TARGET_BF16 static void tile(const Args& a, index_t i0, index_t n0, index_t k0,
@@ -458,7 +438,7 @@ struct Bf16Dot {
       }
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
-        const __m512i xv = _mm512_loadu_si512(a.xb + (i0 + i) * a.ldxb + k);
+        const __m512i xv = _mm512_loadu_si512(a.x + (i0 + i) * a.ldx + k);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; ++r) {
           acc[i][r] = _mm512_dpbf16_ps(acc[i][r], reinterpret_cast<__m512bh>(xv),
@@ -494,11 +474,6 @@ inline void bf16_dot(const Bf16WeightsView& w, const float* x, index_t ldx, inde
   drive<Bf16Dot>({w, xb, ld, out}, m, w.rows, w.cols, threads);
 }
 
-inline void int8_avx512(const Int8WeightsView& w, const float* x, index_t ldx, index_t m,
-                        const Output& out, int threads) {
-  drive<Int8Avx512>({w, x, ldx, out}, m, w.rows, w.cols, threads);
-}
-
 inline void int8_vnni(const Int8WeightsView& w, const float* x, index_t ldx, index_t m,
                       const Output& out, int threads) {
   const index_t ldq = round_up(w.cols, 64), ldsx = ldq / 4;
@@ -506,11 +481,6 @@ inline void int8_vnni(const Int8WeightsView& w, const float* x, index_t ldx, ind
   auto* sx = reinterpret_cast<float*>(q + m * ldq);
   quantize_rows_int8(x, ldx, m, w.cols, q, ldq, sx, ldsx);
   drive<Int8Vnni>({w, q, ldq, sx, ldsx, out}, m, w.rows, w.cols, threads);
-}
-
-inline void q4_avx512(const Q4WeightsView& w, const float* x, index_t ldx, index_t m,
-                      const Output& out, int threads) {
-  drive<Q4Avx512>({w, x, ldx, out}, m, w.rows, w.cols, threads);
 }
 
 inline void q4_vnni(const Q4WeightsView& w, const float* x, index_t ldx, index_t m,

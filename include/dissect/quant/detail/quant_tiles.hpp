@@ -61,6 +61,16 @@ struct Output {
   const float* bias;  // nullable
 };
 
+/// What most tiles read: the weights, the rows of x (as the caller gave them, or as a path
+/// prepared them: X is then their element type) and where y goes.
+template <class View, class X = float>
+struct TileArgs {
+  View w;
+  const X* x;
+  index_t ldx;
+  Output out;
+};
+
 /// Writes one finished (partial) sum: the first K chunk writes, later ones add, the last adds
 /// the bias, so y is never read before this call has written it.
 inline void put(const Output& out, index_t i, index_t n, float value, bool first, bool last) {
@@ -155,6 +165,13 @@ void drive(const typename Kernel::Args& args, index_t m, index_t N, index_t K, i
       }
     }
   }
+}
+
+/// The entry point of a path whose tiles read x as given: no preparation, straight to drive.
+template <class Kernel, class View>
+void drive_rows(const View& w, const float* x, index_t ldx, index_t m, const Output& out,
+                int threads) {
+  drive<Kernel>({w, x, ldx, out}, m, w.rows, w.cols, threads);
 }
 
 }  // namespace dissect::quant::detail
