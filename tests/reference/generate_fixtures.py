@@ -1177,6 +1177,198 @@ def generate_hf(root: Path):
 BLOCKS["hf"] = generate_hf
 
 
+# ---- moe: Mixtral's sparse MoE block, Switch's and DeepSeek's gating, written from the formulas --
+#
+# No transformers import: the router is one bias-free product, the gating, the capacity, the
+# dispatch and the two auxiliary losses are written out as the papers and Hugging Face's
+# MixtralSparseMoeBlock / load_balancing_loss_func compute them.
+
+
+def moe_expert_forward(expert, kind, activation, h):
+    """One expert on its gathered rows h [n_e, D]: SwiGLU w2(silu(w1 h) * w3 h) or an FFN."""
+    if kind == "gated":
+        return expert["down"](torch.nn.functional.silu(expert["gate"](h)) * expert["up"](h))
+    return expert["down"](ACTIVATIONS[activation](expert["up"](h)))
+
+
+def moe_route(logits, k, gating, renormalize):
+    """(probs [N, E], gates [N, k], chosen [N, k]). softmax_of_top_k: Mixtral as its paper writes
+    it, softmax over the k largest logits; top_k_of_softmax: softmax over E, the k largest
+    probabilities, divided by their sum when renormalize (HF Mixtral's own order, DeepSeek)."""
+    probs = torch.softmax(logits, dim=-1)
+    if gating == "softmax_of_top_k":
+        top, chosen = torch.topk(logits, k, dim=-1)
+        gates = torch.softmax(top, dim=-1)
+        score = logits
+    else:
+        gates, chosen = torch.topk(probs, k, dim=-1)
+        if renormalize:
+            gates = gates / gates.sum(dim=-1, keepdim=True)
+        score = probs
+    # The fixtures keep clear of ties: the k-th and (k+1)-th scores differ by far more than
+    # rounding, so float32 and float64 choose the same experts as dissect does.
+    E = logits.shape[-1]
+    if k < E:
+        ordered = torch.sort(score.detach(), dim=-1, descending=True).values
+        margin = (ordered[:, k - 1] - ordered[:, k]).min().item()
+        assert margin > 1e-4, f"top-{k} margin {margin} is too close to a tie"
+    return probs, gates, chosen
+
+
+def moe_capacity_mask(chosen, E, capacity_factor):
+    """kept [N, k]: each expert keeps its first `capacity` assignments in token order."""
+    N, k = chosen.shape
+    kept = torch.ones(N, k, dtype=torch.bool)
+    if capacity_factor is None:
+        return kept, -1
+    capacity = min(math.ceil(capacity_factor * (N * k) / E), N)
+    fill = [0] * E
+    for t in range(N):
+        for j in range(k):
+            e = int(chosen[t, j])
+            if fill[e] >= capacity:
+                kept[t, j] = False
+            else:
+                fill[e] += 1
+    return kept, capacity
+
+
+def moe_aux_losses(logits, probs, chosen, E):
+    """HF's load_balancing_loss_func for one layer (E·Σ tokens_per_expert·router_prob, the former
+    [k, E] means of one_hot(chosen)), and ST-MoE's z-loss mean(logsumexp(z)²)."""
+    expert_mask = torch.nn.functional.one_hot(chosen, E).to(probs.dtype)  # [N, k, E]
+    tokens_per_expert = expert_mask.mean(dim=0)  # [k, E]
+    router_prob_per_expert = probs.mean(dim=0)  # [E]
+    load_balancing = (tokens_per_expert * router_prob_per_expert.unsqueeze(0)).sum() * E
+    z_loss = (torch.logsumexp(logits, dim=-1) ** 2).mean()
+    return load_balancing, z_loss
+
+
+def moe_forward(x, router_w, experts, c):
+    B, T, D = x.shape
+    E, k = c["E"], c["k"]
+    h = x.reshape(B * T, D)
+    logits = torch.nn.functional.linear(h, router_w)
+    probs, gates, chosen = moe_route(logits, k, c["gating"], c["renormalize"])
+    kept, capacity = moe_capacity_mask(chosen, E, c["capacity_factor"])
+    y = torch.zeros_like(h)
+    for e in range(E):
+        token, slot = torch.where((chosen == e) & kept)  # in token order
+        if token.numel() == 0:
+            continue
+        out = moe_expert_forward(experts[e], c["kind"], c["activation"], h[token])
+        y = y.index_add(0, token, out * gates[token, slot].unsqueeze(-1))
+    lb, z = moe_aux_losses(logits, probs, chosen, E)
+    aux = c["lb_coef"] * lb + c["z_coef"] * z
+    return y.reshape(B, T, D), logits, gates, chosen, kept, capacity, lb, z, aux
+
+
+def moe_fixture(c, dtype, seed):
+    torch.manual_seed(seed)
+    B, T, D, F, E = c["B"], c["T"], c["D"], c["F"], c["E"]
+    bias = c["bias"]
+    router = make_linear(D, E, False, dtype)
+    names = ("gate", "up", "down") if c["kind"] == "gated" else ("up", "down")
+    experts = []
+    for _ in range(E):
+        experts.append({n: make_linear(F if n == "down" else D, D if n == "down" else F, bias, dtype)
+                        for n in names})
+    x64 = torch.randn(B, T, D, dtype=torch.float64)
+    dead = c.get("dead")
+    if dead is not None:
+        # Feature 0 of every token is about 3 and the dead expert's router row weighs it with
+        # −2: its logit sits near −6, far below the others, so it receives no token.
+        x64[..., 0] += 3.0
+        with torch.no_grad():
+            w = router.weight.to(torch.float64)
+            w[dead, 0] = -2.0
+            router.weight.copy_(w.to(dtype))
+    x = x64.to(dtype).requires_grad_(True)
+    dy = randn(B, T, D, dtype=dtype)
+    router_w = router.weight
+
+    params = [("router.weight", router_w)]
+    for e, expert in enumerate(experts):
+        for n in names:
+            params.append((f"experts.{e}.{n}.weight", expert[n].weight))
+            if bias:
+                params.append((f"experts.{e}.{n}.bias", expert[n].bias))
+
+    y, logits, gates, chosen, kept, capacity, lb, z, aux = moe_forward(x, router_w, experts, c)
+    if dead is not None:
+        assert not (chosen == dead).any(), "the dead expert received a token"
+    dropped = int((~kept).sum())
+    if c.get("expect_drops"):
+        assert dropped > 0, "the capacity case drops nothing"
+    # The auxiliary losses' gradient alone, then the whole loss Σ dy ⊙ y + aux.
+    aux_grads = torch.autograd.grad(aux, [x, router_w], allow_unused=True, retain_graph=True)
+    aux_dx, aux_dw = (g if g is not None else torch.zeros_like(t)
+                      for g, t in zip(aux_grads, [x, router_w]))
+    ((y * dy).sum() + aux).backward()
+
+    tensors = {"x": x, "dy": dy}
+    tensors.update({name: t for name, t in params})
+    scalar = lambda v: v.detach().reshape(1).to(dtype)  # noqa: E731
+    tensors.update({
+        "y": y, "logits": logits, "gates": gates, "selected": chosen.to(dtype),
+        "kept": kept.to(dtype), "load_balancing_loss": scalar(lb), "z_loss": scalar(z),
+        "aux_loss": scalar(aux), "dx": x.grad, "aux_dx": aux_dx,
+        "aux_grad.router.weight": aux_dw})
+    tensors.update({"grad." + name: (t.grad if t.grad is not None else torch.zeros_like(t))
+                    for name, t in params})
+    meta = {"B": B, "T": T, "D": D, "F": F, "E": E, "k": c["k"], "kind": c["kind"],
+            "activation": c["activation"], "bias": bias, "gating": c["gating"],
+            "renormalize": c["renormalize"], "lb_coef": repr(c["lb_coef"]),
+            "z_coef": repr(c["z_coef"]),
+            "capacity_factor": "none" if c["capacity_factor"] is None else repr(c["capacity_factor"]),
+            "capacity": capacity, "dropped": dropped, "dead": -1 if dead is None else dead}
+    return meta, {k_: v.detach() for k_, v in tensors.items()}
+
+
+def moe_case(B, T, D, F, E, k, kind="gated", activation="silu", bias=False,
+             gating="softmax_of_top_k", renormalize=False, lb_coef=0.0, z_coef=0.0,
+             capacity_factor=None, dead=None, expect_drops=False):
+    return dict(B=B, T=T, D=D, F=F, E=E, k=k, kind=kind, activation=activation, bias=bias,
+                gating=gating, renormalize=renormalize, lb_coef=lb_coef, z_coef=z_coef,
+                capacity_factor=capacity_factor, dead=dead, expect_drops=expect_drops)
+
+
+# Small sizes (D 4, F 6) keep the files small; each case proves one thing:
+MOE_CASES = [
+    # Mixtral: E 4, k 2, softmax over the top-2 logits, both losses; expert 3 gets no token.
+    ("mixtral_E4_k2_B2_T5", moe_case(2, 5, 4, 6, 4, 2, lb_coef=0.02, z_coef=0.001, dead=3)),
+    # HF Mixtral's own order (softmax over E, top-2, renormalised) with Mixtral's E 8; expert 5
+    # gets no token.
+    ("hf_order_E8_k2_B2_T7", moe_case(2, 7, 4, 6, 8, 2, gating="top_k_of_softmax",
+                                      renormalize=True, lb_coef=0.02, dead=5)),
+    # Switch: k 1, ReLU FFN experts, softmax then top-1 (not renormalised), capacity factor 1:
+    # assignments are dropped.
+    ("switch_E4_k1_B2_T6_cap1", moe_case(2, 6, 4, 6, 4, 1, kind="ffn", activation="relu",
+                                         gating="top_k_of_softmax", lb_coef=0.01, z_coef=0.001,
+                                         capacity_factor=1.0, expect_drops=True)),
+    # DeepSeek-like: E 6, k 3, renormalised, capacity factor 1.25 (ceil(1.25·27/6) = 6) drops.
+    ("deepseek_E6_k3_B1_T9_cap1.25", moe_case(1, 9, 4, 6, 6, 3, gating="top_k_of_softmax",
+                                              renormalize=True, lb_coef=0.01,
+                                              capacity_factor=1.25, expect_drops=True)),
+    # GPT-2-style FFN experts with biases and tanh GELU, capacity 2 (nothing dropped).
+    ("ffn_gelu_bias_E4_k2_B2_T4_cap2", moe_case(2, 4, 4, 6, 4, 2, kind="ffn",
+                                                activation="gelu_tanh", bias=True,
+                                                z_coef=0.001, capacity_factor=2.0)),
+    # k = E: every token to every expert (no choice; the gates are a full softmax).
+    ("all_E3_k3_B1_T4", moe_case(1, 4, 4, 6, 3, 3, lb_coef=0.02, z_coef=0.001)),
+    # E = 1: one expert, gates all 1, the losses' gradients zero.
+    ("single_E1_k1_B2_T3", moe_case(2, 3, 4, 6, 1, 1, lb_coef=0.02, z_coef=0.001)),
+]
+
+
+def generate_moe(root: Path):
+    return generate_seeded_cases(root, "moe", [
+        (base, lambda dtype, seed, c=case: moe_fixture(c, dtype, seed)) for base, case in MOE_CASES])
+
+
+BLOCKS["moe"] = generate_moe
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("blocks", nargs="*", metavar="block",
