@@ -24,38 +24,8 @@ namespace dissect::kernels::detail::avx2 {
 
 using Vec = __m256;
 
-DISSECT_TARGET_AVX2 inline Vec set1(float v) {
-  return _mm256_set1_ps(v);
-}
-DISSECT_TARGET_AVX2 inline Vec zero() {
-  return _mm256_setzero_ps();
-}
-DISSECT_TARGET_AVX2 inline Vec add(Vec a, Vec b) {
-  return _mm256_add_ps(a, b);
-}
-DISSECT_TARGET_AVX2 inline Vec mul(Vec a, Vec b) {
-  return _mm256_mul_ps(a, b);
-}
-DISSECT_TARGET_AVX2 inline Vec div(Vec a, Vec b) {
-  return _mm256_div_ps(a, b);
-}
-/// a·b + c, a·b − c and c − a·b, each rounded once.
-DISSECT_TARGET_AVX2 inline Vec fmadd(Vec a, Vec b, Vec c) {
-  return _mm256_fmadd_ps(a, b, c);
-}
-DISSECT_TARGET_AVX2 inline Vec fmsub(Vec a, Vec b, Vec c) {
-  return _mm256_fmsub_ps(a, b, c);
-}
-DISSECT_TARGET_AVX2 inline Vec fnmadd(Vec a, Vec b, Vec c) {
-  return _mm256_fnmadd_ps(a, b, c);
-}
-/// minps/maxps: the second operand where either is NaN (and for two zeros).
-DISSECT_TARGET_AVX2 inline Vec min(Vec a, Vec b) {
-  return _mm256_min_ps(a, b);
-}
-DISSECT_TARGET_AVX2 inline Vec max(Vec a, Vec b) {
-  return _mm256_max_ps(a, b);
-}
+// set1, zero, add, mul, div, fmadd, fmsub, fnmadd, min and max are the ymm instructions of
+// the same names (vector_math_body.hpp writes them from DISSECT_VECTOR_MATH_PS); the rest:
 
 DISSECT_TARGET_AVX2 inline Vec negate(Vec x) {
   return _mm256_xor_ps(x, _mm256_set1_ps(-0.0f));
@@ -92,6 +62,7 @@ DISSECT_TARGET_AVX2 inline Vec select_negative(Vec x, Vec if_negative, Vec other
 
 // exp, sigmoid, relu, silu, gelu_tanh, gelu and activate on __m256.
 #define DISSECT_VECTOR_MATH_ISA avx2
+#define DISSECT_VECTOR_MATH_PS(op) _mm256_##op##_ps
 #define DISSECT_VECTOR_MATH_TARGET DISSECT_TARGET_AVX2
 #include "dissect/kernels/detail/vector_math_body.hpp"
 

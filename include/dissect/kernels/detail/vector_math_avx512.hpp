@@ -26,38 +26,8 @@ namespace dissect::kernels::detail::avx512 {
 
 using Vec = __m512;
 
-DISSECT_TARGET_AVX512 inline Vec set1(float v) {
-  return _mm512_set1_ps(v);
-}
-DISSECT_TARGET_AVX512 inline Vec zero() {
-  return _mm512_setzero_ps();
-}
-DISSECT_TARGET_AVX512 inline Vec add(Vec a, Vec b) {
-  return _mm512_add_ps(a, b);
-}
-DISSECT_TARGET_AVX512 inline Vec mul(Vec a, Vec b) {
-  return _mm512_mul_ps(a, b);
-}
-DISSECT_TARGET_AVX512 inline Vec div(Vec a, Vec b) {
-  return _mm512_div_ps(a, b);
-}
-/// a·b + c, a·b − c and c − a·b, each rounded once.
-DISSECT_TARGET_AVX512 inline Vec fmadd(Vec a, Vec b, Vec c) {
-  return _mm512_fmadd_ps(a, b, c);
-}
-DISSECT_TARGET_AVX512 inline Vec fmsub(Vec a, Vec b, Vec c) {
-  return _mm512_fmsub_ps(a, b, c);
-}
-DISSECT_TARGET_AVX512 inline Vec fnmadd(Vec a, Vec b, Vec c) {
-  return _mm512_fnmadd_ps(a, b, c);
-}
-/// vminps/vmaxps: the second operand where either is NaN (and for two zeros).
-DISSECT_TARGET_AVX512 inline Vec min(Vec a, Vec b) {
-  return _mm512_min_ps(a, b);
-}
-DISSECT_TARGET_AVX512 inline Vec max(Vec a, Vec b) {
-  return _mm512_max_ps(a, b);
-}
+// set1, zero, add, mul, div, fmadd, fmsub, fnmadd, min and max are the zmm instructions of
+// the same names (vector_math_body.hpp writes them from DISSECT_VECTOR_MATH_PS); the rest:
 
 DISSECT_TARGET_AVX512 inline Vec negate(Vec x) {
   return _mm512_castsi512_ps(
@@ -88,6 +58,7 @@ DISSECT_TARGET_AVX512 inline Vec select_negative(Vec x, Vec if_negative, Vec oth
 
 // exp, sigmoid, relu, silu, gelu_tanh, gelu and activate on __m512.
 #define DISSECT_VECTOR_MATH_ISA avx512
+#define DISSECT_VECTOR_MATH_PS(op) _mm512_##op##_ps
 #define DISSECT_VECTOR_MATH_TARGET DISSECT_TARGET_AVX512
 #include "dissect/kernels/detail/vector_math_body.hpp"
 

@@ -1,11 +1,13 @@
 // dissect/kernels/detail/vector_math_body.hpp — private: e^x, σ and the activations, written
 // once for every instruction set. NO INCLUDE GUARD, BY DESIGN: vector_math_avx2.hpp and
-// vector_math_avx512.hpp each include it once, after defining, in their own namespace, the lane
-// operations it is written in (the vector type `Vec` and set1, zero, add, mul, div, fmadd, fnmadd,
-// fmsub, min, max, absolute, negate, round_nearest, scale_by_power_of_2, select_negative) and
-// the two macros below; each inclusion stamps out the functions for that namespace. Every
-// function keeps the ISA's target attribute (DISSECT_VECTOR_MATH_TARGET): GCC 12 does not inline
-// intrinsics into a function without it, so a template over the ISA would not do.
+// vector_math_avx512.hpp each include it once, and each inclusion stamps the functions out in
+// that header's namespace. Before including it, the header defines there the vector type `Vec`
+// and the lane operations that differ between ISAs (absolute, negate, round_nearest,
+// scale_by_power_of_2, select_negative), and three macros: DISSECT_VECTOR_MATH_ISA (the
+// namespace), DISSECT_VECTOR_MATH_TARGET (its target attribute) and DISSECT_VECTOR_MATH_PS(op)
+// (its _mm…_op_ps, from which set1, zero, add, mul, div, the fmas, min and max are written here).
+// Every function keeps the target attribute: GCC 12 does not inline intrinsics into a function
+// without it, so a template over the ISA would not do.
 //
 // Each function computes what dissect::detail::activation_value<A, float> computes (σ: its
 // activation_sigmoid; exp: std::exp), to within the bound stated beside it and exported by
@@ -22,12 +24,50 @@
 #error \
     "dissect/kernels/detail/vector_math_body.hpp is private to dissect: include dissect/kernels/gemm.hpp instead"
 #endif
-#if !defined(DISSECT_VECTOR_MATH_ISA) || !defined(DISSECT_VECTOR_MATH_TARGET)
+#if !defined(DISSECT_VECTOR_MATH_ISA) || !defined(DISSECT_VECTOR_MATH_TARGET) || \
+    !defined(DISSECT_VECTOR_MATH_PS)
 #error \
-    "dissect/kernels/detail/vector_math_body.hpp is included only by vector_math_avx2.hpp and vector_math_avx512.hpp, which define DISSECT_VECTOR_MATH_ISA and DISSECT_VECTOR_MATH_TARGET first"
+    "dissect/kernels/detail/vector_math_body.hpp is included only by vector_math_avx2.hpp and vector_math_avx512.hpp, which define DISSECT_VECTOR_MATH_ISA, DISSECT_VECTOR_MATH_TARGET and DISSECT_VECTOR_MATH_PS first"
 #endif
 
 namespace dissect::kernels::detail::DISSECT_VECTOR_MATH_ISA {
+
+// ---- the lane operations that are one instruction of the same name on every ISA -----------------
+
+DISSECT_VECTOR_MATH_TARGET inline Vec set1(float v) {
+  return DISSECT_VECTOR_MATH_PS(set1)(v);
+}
+DISSECT_VECTOR_MATH_TARGET inline Vec zero() {
+  return DISSECT_VECTOR_MATH_PS(setzero)();
+}
+DISSECT_VECTOR_MATH_TARGET inline Vec add(Vec a, Vec b) {
+  return DISSECT_VECTOR_MATH_PS(add)(a, b);
+}
+DISSECT_VECTOR_MATH_TARGET inline Vec mul(Vec a, Vec b) {
+  return DISSECT_VECTOR_MATH_PS(mul)(a, b);
+}
+DISSECT_VECTOR_MATH_TARGET inline Vec div(Vec a, Vec b) {
+  return DISSECT_VECTOR_MATH_PS(div)(a, b);
+}
+/// a·b + c, a·b − c and c − a·b, each rounded once.
+DISSECT_VECTOR_MATH_TARGET inline Vec fmadd(Vec a, Vec b, Vec c) {
+  return DISSECT_VECTOR_MATH_PS(fmadd)(a, b, c);
+}
+DISSECT_VECTOR_MATH_TARGET inline Vec fmsub(Vec a, Vec b, Vec c) {
+  return DISSECT_VECTOR_MATH_PS(fmsub)(a, b, c);
+}
+DISSECT_VECTOR_MATH_TARGET inline Vec fnmadd(Vec a, Vec b, Vec c) {
+  return DISSECT_VECTOR_MATH_PS(fnmadd)(a, b, c);
+}
+/// (v)minps/(v)maxps: the second operand where either is NaN (and for two zeros).
+DISSECT_VECTOR_MATH_TARGET inline Vec min(Vec a, Vec b) {
+  return DISSECT_VECTOR_MATH_PS(min)(a, b);
+}
+DISSECT_VECTOR_MATH_TARGET inline Vec max(Vec a, Vec b) {
+  return DISSECT_VECTOR_MATH_PS(max)(a, b);
+}
+
+// ---- the functions ------------------------------------------------------------------------------
 
 /// e^x. |v − f| ≤ 3·2⁻²⁴·|f| + 2⁻¹⁴⁹ (exp_bound); measured over all 2³² inputs: 1.28·2⁻²⁴
 /// relative (at x = 5.837), 0.5·2⁻¹⁴⁹ absolute for subnormal results. +∞ from x = 88.7228394
@@ -137,3 +177,4 @@ DISSECT_VECTOR_MATH_TARGET inline Vec activate(Activation a, Vec x) {
 
 #undef DISSECT_VECTOR_MATH_ISA
 #undef DISSECT_VECTOR_MATH_TARGET
+#undef DISSECT_VECTOR_MATH_PS
