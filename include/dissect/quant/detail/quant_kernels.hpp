@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 #include "dissect/error.hpp"
 #include "dissect/numeric/half.hpp"
@@ -142,9 +143,14 @@ inline void check_call(WeightFormat format, KernelPath path, const void* weights
 }
 
 /// Per weight format: its WeightFormat, the arrays check_call tests for null, and its kernel on
-/// each SIMD path (nullptr: the path has no kernel for the format, which check_call rejects).
+/// each SIMD path (no_kernel: the path has none for the format, which check_call rejects).
 template <class View>
 struct FormatKernels;
+
+/// The table's entry for a path without a kernel. A type, not a null function pointer: GCC 12
+/// under -fsanitize=undefined does not accept `kernel == nullptr` as a constant expression.
+struct NoKernel {};
+inline constexpr NoKernel no_kernel{};
 
 template <class View>
 using KernelFn = void (*)(const View&, const float* x, index_t ldx, index_t m, const Output&,
@@ -158,7 +164,7 @@ struct FormatKernels<Bf16WeightsView> {
 #if DISSECT_X86
   static constexpr KernelFn<Bf16WeightsView> avx2 = drive_rows<Bf16Avx2>;
   static constexpr KernelFn<Bf16WeightsView> avx512 = bf16_avx512;
-  static constexpr KernelFn<Bf16WeightsView> avx512_vnni = nullptr;
+  static constexpr NoKernel avx512_vnni = no_kernel;
   static constexpr KernelFn<Bf16WeightsView> avx512_bf16 = bf16_dot;
 #endif
 };
@@ -172,7 +178,7 @@ struct FormatKernels<Int8WeightsView> {
   static constexpr KernelFn<Int8WeightsView> avx2 = drive_rows<Int8Avx2>;
   static constexpr KernelFn<Int8WeightsView> avx512 = drive_rows<Int8Avx512>;
   static constexpr KernelFn<Int8WeightsView> avx512_vnni = int8_vnni;
-  static constexpr KernelFn<Int8WeightsView> avx512_bf16 = nullptr;
+  static constexpr NoKernel avx512_bf16 = no_kernel;
 #endif
 };
 
@@ -185,7 +191,7 @@ struct FormatKernels<Q4WeightsView> {
   static constexpr KernelFn<Q4WeightsView> avx2 = drive_rows<Q4Avx2>;
   static constexpr KernelFn<Q4WeightsView> avx512 = drive_rows<Q4Avx512>;
   static constexpr KernelFn<Q4WeightsView> avx512_vnni = q4_vnni;
-  static constexpr KernelFn<Q4WeightsView> avx512_bf16 = nullptr;
+  static constexpr NoKernel avx512_bf16 = no_kernel;
 #endif
 };
 
@@ -194,7 +200,7 @@ struct FormatKernels<Q4WeightsView> {
 template <auto kernel, class View>
 bool run_kernel(const View& w, const float* x, index_t ldx, index_t m, const Output& out,
                 int threads) {
-  if constexpr (kernel == nullptr) {
+  if constexpr (std::is_same_v<std::remove_cvref_t<decltype(kernel)>, NoKernel>) {
     return false;
   } else {
     kernel(w, x, ldx, m, out, threads);
