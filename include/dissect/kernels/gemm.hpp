@@ -14,6 +14,7 @@
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/error.hpp"
+#include "dissect/kernels/compile_once.hpp"
 #include "dissect/kernels/cpu_dispatch.hpp"
 #include "dissect/kernels/detail/gemm_avx2.hpp"
 #include "dissect/kernels/detail/gemm_avx512.hpp"
@@ -114,7 +115,8 @@ void run_threads(const GemmCall& call, int threads) {
   }
 }
 
-inline void run_gemm_on(const GemmCall& call, KernelPath path, int threads) {
+#if DISSECT_KERNEL_BODIES
+DISSECT_KERNEL_ENTRY void run_gemm_on(const GemmCall& call, KernelPath path, int threads) {
   if (call.m == 0 || call.n == 0) return;
   switch (path) {
 #if DISSECT_X86
@@ -129,6 +131,7 @@ inline void run_gemm_on(const GemmCall& call, KernelPath path, int threads) {
       return run_threads<PortableGemm>(call, threads);
   }
 }
+#endif
 
 /// [first, first + extent) as addresses, for overlap checks of row-strided ranges.
 inline bool ranges_overlap(const float* a, index_t a_extent, const float* b, index_t b_extent) {

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "dissect/error.hpp"
+#include "dissect/kernels/compile_once.hpp"
 #include "dissect/quant/detail/ggml_block_codecs.hpp"
 #include "dissect/quant/detail/quant_tiles.hpp"
 #include "dissect/quant/format.hpp"
@@ -341,8 +342,10 @@ inline void ggml_avx2_matmul(const GgmlWeightsView& w, const float* x, index_t l
 
 namespace dissect::quant::detail {
 
-inline void ggml_matmul(KernelPath path, const GgmlWeightsView& w, const float* x, index_t ldx,
-                        index_t m, float* y, index_t ldy, const float* bias, int threads) {
+#if DISSECT_KERNEL_BODIES
+DISSECT_KERNEL_ENTRY void ggml_matmul(KernelPath path, const GgmlWeightsView& w, const float* x,
+                                      index_t ldx, index_t m, float* y, index_t ldy,
+                                      const float* bias, int threads) {
   const std::string_view name = weight_format_name(w.format);
   const std::string op =
       dissect::detail::concat("quantized_matmul(", name, ", ", kernel_path_name(path), ")");
@@ -389,5 +392,6 @@ inline void ggml_matmul(KernelPath path, const GgmlWeightsView& w, const float* 
 #endif
   ggml_scalar_matmul(w, x, ldx, m, y, ldy, bias);
 }
+#endif
 
 }  // namespace dissect::quant::detail

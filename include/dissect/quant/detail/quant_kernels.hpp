@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "dissect/error.hpp"
+#include "dissect/kernels/compile_once.hpp"
 #include "dissect/numeric/half.hpp"
 #include "dissect/quant/detail/quant_kernels_avx2.hpp"
 #include "dissect/quant/detail/quant_kernels_avx512.hpp"
@@ -238,20 +239,25 @@ void quantized_matmul_on(KernelPath path, const View& w, const float* x, index_t
   scalar_matmul(w, x, ldx, m, y, ldy, bias);
 }
 
-inline void quantized_matmul(KernelPath path, const Bf16WeightsView& w, const float* x, index_t ldx,
-                             index_t m, float* y, index_t ldy, const float* bias, int threads) {
+#if DISSECT_KERNEL_BODIES
+DISSECT_KERNEL_ENTRY void quantized_matmul(KernelPath path, const Bf16WeightsView& w,
+                                           const float* x, index_t ldx, index_t m, float* y,
+                                           index_t ldy, const float* bias, int threads) {
   quantized_matmul_on(path, w, x, ldx, m, y, ldy, bias, threads);
 }
 
-inline void quantized_matmul(KernelPath path, const Int8WeightsView& w, const float* x, index_t ldx,
-                             index_t m, float* y, index_t ldy, const float* bias, int threads) {
+DISSECT_KERNEL_ENTRY void quantized_matmul(KernelPath path, const Int8WeightsView& w,
+                                           const float* x, index_t ldx, index_t m, float* y,
+                                           index_t ldy, const float* bias, int threads) {
   quantized_matmul_on(path, w, x, ldx, m, y, ldy, bias, threads);
 }
 
-inline void quantized_matmul(KernelPath path, const Q4WeightsView& w, const float* x, index_t ldx,
-                             index_t m, float* y, index_t ldy, const float* bias, int threads) {
+DISSECT_KERNEL_ENTRY void quantized_matmul(KernelPath path, const Q4WeightsView& w, const float* x,
+                                           index_t ldx, index_t m, float* y, index_t ldy,
+                                           const float* bias, int threads) {
   quantized_matmul_on(path, w, x, ldx, m, y, ldy, bias, threads);
 }
+#endif
 
 inline void quantized_matmul(const Bf16WeightsView& w, const float* x, index_t ldx, index_t m,
                              float* y, index_t ldy, const float* bias, int threads) {
