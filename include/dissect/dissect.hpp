@@ -9,6 +9,7 @@
 #include "dissect/blocks/attention_output.hpp"
 #include "dissect/blocks/feed_forward.hpp"
 #include "dissect/blocks/gated_feed_forward.hpp"
+#include "dissect/blocks/mixture_of_experts.hpp"
 #include "dissect/blocks/qkv_projection.hpp"
 #include "dissect/budget.hpp"
 #include "dissect/config.hpp"
