@@ -142,7 +142,12 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
   for (const Case& c : {Case{2, 4, 2, 5, 5, 4}, Case{1, 2, 1, 3, 7, 6}, Case{1, 3, 1, 66, 66, 2}}) {
     SCOPED_TRACE(testing::concat_for_trace("H=", c.heads, " H_kv=", c.kv_heads, " T=", c.tokens,
                                            " S=", c.keys));
-    auto [q, k, v] = inputs_for<double>(c, 3);
+    // Named references, not a structured binding: the loss lambda below captures them, which
+    // clang before 16 refuses for bindings.
+    auto inputs = inputs_for<double>(c, 3);
+    auto& q = inputs.q;
+    auto& k = inputs.k;
+    auto& v = inputs.v;
     std::mt19937_64 engine(4);
     const auto dout = testing::random_tensor<double, 4>(q.shape(), engine);
     AttentionCache<double> cache;
@@ -200,7 +205,10 @@ TEST(Attention, BackwardUsesTheForwardsScaleAndMatchesFiniteDifferences) {
   for (const double scale : {1.0, 1.0 / (2.0 * 3.0), 0.3}) {
     const Case c{2, 4, 2, 5, 5, 4};
     SCOPED_TRACE(testing::concat_for_trace("scale=", scale));
-    auto [q, k, v] = inputs_for<double>(c, 7);
+    auto inputs = inputs_for<double>(c, 7);
+    auto& q = inputs.q;
+    auto& k = inputs.k;
+    auto& v = inputs.v;
     std::mt19937_64 engine(8);
     const auto dout = testing::random_tensor<double, 4>(q.shape(), engine);
     AttentionCache<double> cache;

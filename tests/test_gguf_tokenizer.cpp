@@ -18,6 +18,7 @@
 #include "dissect/text/gguf_tokenizer.hpp"
 #include "dissect/text/gguf_tokenizer_metadata.hpp"
 #include "support/io_testing.hpp"
+#include "support/sanitizers.hpp"
 #include "support/tokenizer_fixtures.hpp"
 #include "support/vocab_gguf.hpp"
 
@@ -32,7 +33,7 @@ fs::path references() {
 }
 
 /// Under the sanitizers every third case (all of them otherwise), as the other vocabulary tests.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(DISSECT_TEST_SANITIZED)
 constexpr std::size_t case_stride = 3;
 #else
 constexpr std::size_t case_stride = 1;

@@ -21,6 +21,7 @@
 
 #include "dissect/io/safetensors.hpp"
 #include "support/io_testing.hpp"
+#include "support/sanitizers.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {
@@ -641,7 +642,7 @@ TEST_F(SafetensorsTest, CorruptMetadata) {
 // every key costs one map lookup. Sanitizers and -O0 builds check a smaller header. CPU time, not
 // wall time, so a busy machine does not fail the test.
 TEST_F(SafetensorsTest, AMillionTensorsParseInSeconds) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(DISSECT_TEST_SANITIZED)
   // Unoptimised and instrumented (the asan preset builds at -O0): a quadratic parse would still
   // take ~50 s here, a linear one takes ~10.
   constexpr int count = 100'000;

@@ -14,6 +14,7 @@
 #include "dissect/text/decode_stream.hpp"
 #include "dissect/text/tokenizer_files.hpp"
 #include "support/io_testing.hpp"
+#include "support/sanitizers.hpp"
 
 namespace dissect {
 namespace test_tokenizer {
@@ -342,7 +343,7 @@ TEST(Encode, TextThatIsNotUtf8IsRefusedNamingTheOffset) {
 // 4 MB of letters (1 MB), which the pre-tokenizer cannot split, through the merge heap in
 // O(n log n).
 TEST(Encode, AHundredMegabyteLineTakesLinearTime) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(DISSECT_TEST_SANITIZED)
   const std::size_t size = 4u << 20, letter_count = 1u << 20;
 #else
   const std::size_t size = 100u << 20, letter_count = 4u << 20;

@@ -17,6 +17,7 @@
 #include "dissect/text/decode_stream.hpp"
 #include "dissect/text/normalizer.hpp"
 #include "dissect/text/tokenizer_files.hpp"
+#include "support/sanitizers.hpp"
 #include "support/tokenizer_fixtures.hpp"
 
 namespace dissect {
@@ -59,7 +60,7 @@ std::string show(const std::vector<std::int32_t>& ids) {
 /// Under the sanitizers every third case of a corpus (all of them otherwise): the sanitizers
 /// look for memory errors, which the variety of cases finds, not their number; CI's time is
 /// bounded (README's test command runs both builds).
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(DISSECT_TEST_SANITIZED)
 constexpr std::size_t case_stride = 3;
 #else
 constexpr std::size_t case_stride = 1;

@@ -20,6 +20,7 @@
 #include "dissect/kernels.hpp"
 #include "dissect/quant/kernel_path.hpp"
 #include "dissect/tensor.hpp"
+#include "support/sanitizers.hpp"
 
 namespace dissect::testing {
 
@@ -61,7 +62,7 @@ class ScopedKernelPath {
 /// the sanitizer finds, an access out of bounds, depends on the variety of shapes, which a tenth
 /// of the trials still covers, while the release pass runs every trial.
 constexpr int sweep_trials(int trials) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(DISSECT_TEST_SANITIZED)
   return trials / 10 > 0 ? trials / 10 : 1;
 #else
   return trials;

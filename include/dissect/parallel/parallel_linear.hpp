@@ -523,7 +523,9 @@ template <class Scalar>
 template <TensorLike X, TensorLike DY>
 Tensor<Scalar, rank_of<X>> RowParallelLinear<Scalar>::backward_agreed(const X& x, const DY& dy) {
   auto dx = local_.backward(x, dy);  // checks every shape before touching a gradient
-  if (has_bias_) bias_grad_.vector() += const_view(dy).matrix().colwise().sum().transpose();
+  // No rows add nothing; colwise() over an empty map would offset its null pointer (undefined).
+  const auto dy_rows = const_view(dy).matrix();
+  if (has_bias_ && dy_rows.rows() > 0) bias_grad_.vector() += dy_rows.colwise().sum().transpose();
   return dx;
 }
 
