@@ -2,8 +2,9 @@
 // token) and M = 8 (a small batch) at 7B shapes, weights streamed from DRAM (each iteration
 // uses the next of enough copies of the layer that none is ever in cache), 1 and 2 threads.
 // There bytes per weight are the speed: bf16 halves them, int8 quarters them, q4_0 reads 4.5
-// bits. Each format runs on its best path for this CPU and, where the choice is interesting, on
-// the alternative too (avx512 for int8 / q4_0; avx512_bf16 for bf16 at small M, avx512 at large).
+// bits, tq2_0 (BitNet b1.58's ternary blocks, llama.cpp's layout) 2.0625. Each format runs on its
+// best path for this CPU and, where the choice is interesting, on the alternative too (avx512 for
+// int8 / q4_0, avx2 for tq2_0; avx512_bf16 for bf16 at small M, avx512 at large).
 // M = 128 (prefill) runs fp32 and bf16 only: compute-bound, the dot-product path's case.
 //
 //   bench_quant --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
@@ -14,6 +15,7 @@
 #include "dissect/numeric/half.hpp"
 #include "dissect/quant/detail/quant_kernels.hpp"
 #include "dissect/quant/kernel_path.hpp"
+#include "dissect/quant/weight_format.hpp"
 
 namespace dissect::bench {
 namespace {
@@ -25,7 +27,7 @@ using quant::WeightFormat;
 // > 2× the 480 MiB of L3 this VM reports (the host's; bench_decode's 512 MB assumed 32 MiB).
 constexpr double streamed_bytes = 1.1e9;
 
-enum class Format { fp32, bf16, int8, q4_0 };
+enum class Format { fp32, bf16, int8, q4_0, tq2_0 };
 
 struct Case {
   LinearShape shape;
@@ -81,6 +83,24 @@ struct QuantLayers {
           u16[i] = float_to_fp16(5e-3f * (1.5f + rng.uniform()));
         }
         break;
+      case Format::tq2_0: {
+        // Codes 0, 1, 2 only (a byte's four codes each uniform: one of the 81 such bytes), and
+        // BitNet-like block scales.
+        std::vector<std::uint8_t> ternary;
+        for (int v = 0; v < 256; ++v) {
+          if ((v & (v >> 1) & 0x55) == 0) ternary.push_back(static_cast<std::uint8_t>(v));
+        }
+        const std::size_t blocks = n * k / 256;
+        u8.resize(c * blocks * 66);
+        for (std::size_t b = 0; b < blocks; ++b) {
+          std::uint8_t* block = u8.data() + b * 66;
+          for (int i = 0; i < 64; ++i) block[i] = ternary[rng.next() % ternary.size()];
+          const std::uint16_t d = float_to_fp16(0.02f * (1.5f + rng.uniform()));
+          block[64] = static_cast<std::uint8_t>(d);
+          block[65] = static_cast<std::uint8_t>(d >> 8);
+        }
+        break;
+      }
       case Format::fp32:
         break;
     }
@@ -109,6 +129,9 @@ struct QuantLayers {
     return {u8.data() + copy * std::size_t(N * K / 2), u16.data() + copy * std::size_t(N * K / 32),
             N, K};
   }
+  qd::GgmlWeightsView tq2(std::size_t copy) const {
+    return {WeightFormat::tq2_0, u8.data() + copy * std::size_t(N * K / 256 * 66), N, K};
+  }
 
   /// y = x·Ŵᵀ with copy `copy`'s weights on `path`.
   void run(KernelPath path, std::size_t copy, const float* x, index_t m, float* y, int threads,
@@ -123,6 +146,9 @@ struct QuantLayers {
       case Format::q4_0:
         qd::quantized_matmul(path, q4(copy), x, K, m, y, N, bias, threads);
         break;
+      case Format::tq2_0:
+        qd::ggml_matmul(path, tq2(copy), x, K, m, y, N, bias, threads);
+        break;
       case Format::fp32:
         break;
     }
@@ -136,6 +162,12 @@ struct QuantLayers {
         return qd::weight_value(int8(0), n, k);
       case Format::q4_0:
         return qd::weight_value(q4(0), n, k);
+      case Format::tq2_0: {
+        const std::uint8_t* block = u8.data() + std::size_t((n * K + k) / 256 * 66);
+        const index_t i = k % 256;
+        const int code = (block[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
+        return (code - 1) * double(fp16_to_float(std::uint16_t(block[64] | (block[65] << 8))));
+      }
       case Format::fp32:
         break;
     }
@@ -162,6 +194,8 @@ double layer_bytes(Format format, double N, double K) {
       return N * K + 4 * N;
     case Format::q4_0:
       return N * K / 2 + 2 * N * K / 32;
+    case Format::tq2_0:
+      return N * K / 256 * 66;
   }
   return 0;
 }
@@ -176,6 +210,8 @@ const char* format_name(Format format) {
       return "int8";
     case Format::q4_0:
       return "q4_0";
+    case Format::tq2_0:
+      return "tq2_0";
   }
   return "?";
 }
@@ -292,6 +328,9 @@ void register_all() {
         if (alternative(int8, KernelPath::avx512)) add(Format::int8, KernelPath::avx512);
         add(Format::q4_0, q4);
         if (alternative(q4, KernelPath::avx512)) add(Format::q4_0, KernelPath::avx512);
+        const KernelPath tq2 = best(WeightFormat::tq2_0);
+        add(Format::tq2_0, tq2);
+        if (alternative(tq2, KernelPath::avx2)) add(Format::tq2_0, KernelPath::avx2);
       }
     }
   }

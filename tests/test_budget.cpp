@@ -48,9 +48,9 @@ TEST(BudgetDtype, OutOfRangeValueIsAConfigErrorNamingTheField) {
   EXPECT_THROW_WITH(compute_budget(lesson_model(), inputs), ConfigError,
                     "budget: weight_dtype: Dtype(17) is out of range");
   inputs = lesson_inputs();
-  inputs.kv_dtype = static_cast<Dtype>(12);  // one past q6_K
+  inputs.kv_dtype = static_cast<Dtype>(13);  // one past tq2_0
   EXPECT_THROW_WITH(compute_budget(find_preset("gpt2-small").config, inputs), ConfigError,
-                    "budget: kv_dtype: Dtype(12) is out of range");
+                    "budget: kv_dtype: Dtype(13) is out of range");
 }
 
 TEST(BudgetDtype, Q4_0WeightsAre18BytesPer32) {

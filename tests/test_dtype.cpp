@@ -27,9 +27,9 @@ TEST(Dtype, BitsAndNames) {
   EXPECT_EQ(dtype_bits(Dtype::int8), 8);
   EXPECT_EQ(dtype_bits(Dtype::int4), 4);
   EXPECT_EQ(dtype_bits(Dtype::fp64), 64);
-  const std::string names[] = {"fp32", "fp16", "bf16", "fp8",  "int8", "int4",
-                               "fp64", "q4_0", "q8_0", "q4_K", "q5_K", "q6_K"};
-  for (int i = 0; i < 12; ++i) {
+  const std::string names[] = {"fp32", "fp16", "bf16", "fp8",  "int8", "int4", "fp64",
+                               "q4_0", "q8_0", "q4_K", "q5_K", "q6_K", "tq2_0"};
+  for (int i = 0; i < 13; ++i) {
     EXPECT_EQ(dtype_name(static_cast<Dtype>(i)), names[i]);
     EXPECT_EQ(dtype_from_name(names[i]), static_cast<Dtype>(i));
   }
@@ -43,13 +43,13 @@ TEST(Dtype, OutOfRangeValueIsAConfigErrorNamingTheTypeAndValue) {
   const Dtype bad = static_cast<Dtype>(17);
   EXPECT_THROW_WITH(dtype_bits(bad), ConfigError,
                     "dtype_bits: Dtype(17) is out of range (known: fp32, fp16, bf16, fp8, int8, "
-                    "int4, fp64, q4_0, q8_0, q4_K, q5_K, q6_K)");
+                    "int4, fp64, q4_0, q8_0, q4_K, q5_K, q6_K, tq2_0)");
   EXPECT_THROW_WITH(dtype_name(bad), ConfigError, "dtype_name: Dtype(17) is out of range");
   EXPECT_THROW_WITH(check_dtype("op", static_cast<Dtype>(-1)), ConfigError,
                     "op: Dtype(-1) is out of range");
   EXPECT_THROW_WITH(bytes_for(10, bad, "weights"), ConfigError, "weights: Dtype(17)");
-  EXPECT_THROW_WITH(dtype_info(static_cast<Dtype>(12)), ConfigError,
-                    "dtype_info: Dtype(12) is out of range");  // one past q6_K
+  EXPECT_THROW_WITH(dtype_info(static_cast<Dtype>(13)), ConfigError,
+                    "dtype_info: Dtype(13) is out of range");  // one past tq2_0
 }
 
 TEST(BytesFor, Int4PacksTwoPerByteAndRoundsUp) {
@@ -89,7 +89,7 @@ TEST(Dtype, UnknownNameListsTheKnownOnes) {
   EXPECT_THROW_WITH(
       dtype_from_name("fp12"), ConfigError,
       "dtype \"fp12\" is not one of fp32, fp16, bf16, fp8, int8, int4, fp64, q4_0, q8_0, "
-      "q4_K, q5_K, q6_K");
+      "q4_K, q5_K, q6_K, tq2_0");
 }
 
 TEST(BytesFor, Q4_0RoundsUpToWholeBlocks) {

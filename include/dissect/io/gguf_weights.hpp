@@ -18,7 +18,8 @@
 // converter reorders the rows of each head from Hugging Face's halves (rotate_half pairs i and
 // i + d_k/2) to interleaved pairs (its RoPE pairs 2i and 2i + 1), row (j, i) of a head moving to
 // 2i + j for j ∈ {0, 1}, i < d_k/2; dissect's RoPE is Hugging Face's, so each row goes back:
-// dissect row j·d_k/2 + i = file row 2i + j, head by head (H heads for q, H_kv for k).
+// dissect row j·d_k/2 + i = file row 2i + j, head by head (H heads for q, H_kv for k). A
+// BitNet b1.58 file's tq2_0 tensors are kept like the others.
 #pragma once
 
 #include <algorithm>
@@ -91,7 +92,7 @@ void load_into(const GgufWeightsView& view, std::string_view name, TensorView<Sc
 
 /// How load_gguf_model treats a file's quantised tensors.
 struct GgufLoadOptions {
-  /// Keep the blocks of the Linear layers' q4_0, q8_0, q4_K, q5_K and q6_K tensors and run
+  /// Keep the blocks of the Linear layers' q4_0, q8_0, q4_K, q5_K, q6_K and tq2_0 tensors and run
   /// them on the quantised kernels (float models only). Off: every layer runs in float on the
   /// dequantised weights, which are filled either way.
   bool keep_quantized = true;
@@ -257,21 +258,40 @@ index_t keep_gguf_blocks(Model& model, const GgufWeightsView& view) {
       one_type = one_type && type == first;
     }
     const index_t cols = layer.in_features();
+    // A block the kept format refuses (a non-finite scale, a tq2_0 code of 3) is the file's fault:
+    // name it and the tensors.
+    const auto in_file = [&](const auto& keep) {
+      try {
+        keep();
+      } catch (const FormatError&) {
+        throw;
+      } catch (const Error& error) {
+        std::string tensors;
+        for (const GgufPart& part : parts)
+          tensors += concat(tensors.empty() ? "" : ", ", part.name);
+        throw FormatError(
+            concat(file.path().string(), ": ", name, " (", tensors, "): ", error.what()));
+      }
+    };
     if (one_type) {
       std::vector<std::uint8_t> blocks;
       for (const GgufPart& part : parts) {
         const std::vector<std::uint8_t> rows = detail::gguf_part_rows(file, part);
         blocks.insert(blocks.end(), rows.begin(), rows.end());
       }
-      layer.set_quantized_weight(
-          QuantizedWeight::from_ggml(first, layer.out_features(), cols, blocks));
+      in_file([&] {
+        layer.set_quantized_weight(
+            QuantizedWeight::from_ggml(first, layer.out_features(), cols, blocks));
+      });
     } else {
       std::vector<QuantizedWeight> stacked;
       for (const GgufPart& part : parts) {
         const GgufTensorInfo& info = file.info(part.name);
         if (!weight_format_of(info.type)) return;  // q4_0 beside another type: stays float
-        stacked.push_back(QuantizedWeight::from_ggml(info.type, info.dims[1], cols,
-                                                     detail::gguf_part_rows(file, part)));
+        in_file([&] {
+          stacked.push_back(QuantizedWeight::from_ggml(info.type, info.dims[1], cols,
+                                                       detail::gguf_part_rows(file, part)));
+        });
       }
       layer.set_quantized_weight(QuantizedWeight::stack_rows(std::move(stacked)));
     }

@@ -8,7 +8,7 @@
 //         P.weight_scale  F32  [out]          ŵ = scale[row]·value
 //   q4_0  P.weight        U8   [out, in/2]    GGUF Q4_0 nibbles, 16 bytes per block of 32
 //         P.weight_scale  F16  [out, in/32]   ŵ = (nibble − 8)·scale[row, block]
-//   q8_0, q4_K, q5_K, q6_K
+//   q8_0, q4_K, q5_K, q6_K, tq2_0
 //         P.weight        U8   [out, row bytes]  ggml's blocks as GGUF stores them, scales inside
 // (a layer stacked from several ggml formats, as a GGUF model's q, k and v can be, has no single
 // format to name: saving it is an Error; GGUF is its file format)
@@ -111,7 +111,8 @@ inline QuantizedWeight read_quantized_weight(const Checkpoint& checkpoint, const
     case WeightFormat::q8_0:
     case WeightFormat::q4_K:
     case WeightFormat::q5_K:
-    case WeightFormat::q6_K: {
+    case WeightFormat::q6_K:
+    case WeightFormat::tq2_0: {
       const GgmlType type = ggml_type_of(format);
       const index_t block = ggml_type_info(type).block_elements;
       if (cols % block != 0) {
@@ -173,6 +174,7 @@ void save_module_quantized(const std::filesystem::path& path, const M& module,
       case WeightFormat::q4_K:
       case WeightFormat::q5_K:
       case WeightFormat::q6_K:
+      case WeightFormat::tq2_0:
         entries.emplace_back(
             text, std::vector<index_t>{rows, ggml_row_bytes(ggml_type_of(q.format()), cols)},
             StoredBytes{"U8", detail::stored_bytes_of(

@@ -1,8 +1,9 @@
 // dissect/quant/ggml_blocks.hpp — ggml's block formats to floats and back, bit for bit as
 // llama.cpp does it: dequantisation equal to ggml's dequantize_row_* and quantisation equal to
 // its quantize_row_*_ref, which is what llama_model_quantize runs when it has no importance
-// matrix. Types: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K and q8_K (see
-// quant/ggml_type.hpp; each format's layout and rule is in quant/detail/ggml_block_codecs.hpp).
+// matrix. Types: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K, q8_K and tq2_0
+// (see quant/ggml_type.hpp; each format's layout and rule is in
+// quant/detail/ggml_block_codecs.hpp).
 //
 // A run of values is any whole number of blocks: one row, or a whole tensor whose rows are whole
 // blocks (a block never spans two rows, so both decode alike). Quantising refuses non-finite
@@ -76,6 +77,8 @@ inline GgmlBlockCodec ggml_block_codec(GgmlType type) {
       return {g::quantize_q6_K, g::dequantize_q6_K};
     case GgmlType::q8_K:
       return {g::quantize_q8_K, g::dequantize_q8_K};
+    case GgmlType::tq2_0:
+      return {g::quantize_tq2_0, g::dequantize_tq2_0};
     default:
       return {nullptr, nullptr};
   }

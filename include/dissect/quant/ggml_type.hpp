@@ -3,7 +3,8 @@
 //
 // The table lists every id ggml has given out, so that a reader can measure and name a tensor
 // of any type it meets, and say which types dissect decodes: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
-// Q5_0, Q5_1 and the K-quants Q4_K, Q5_K, Q6_K (with Q8_K, the K-quants' activation format).
+// Q5_0, Q5_1, the K-quants Q4_K, Q5_K, Q6_K (with Q8_K, the K-quants' activation format) and
+// TQ2_0, the ternary format of BitNet b1.58 models.
 // How each decoded type turns into floats and back is in quant/ggml_blocks.hpp. Ids 4, 5 and
 // 31–33, 36–38 are retired (ggml removed those types; no current file holds them).
 #pragma once
@@ -121,7 +122,7 @@ inline constexpr std::array<GgmlTypeInfo, 35> ggml_type_table{{
     {GgmlType::iq1_m, "iq1_m", 256, 56, false},
     {GgmlType::bf16, "bf16", 1, 2, true},
     {GgmlType::tq1_0, "tq1_0", 256, 54, false},
-    {GgmlType::tq2_0, "tq2_0", 256, 66, false},
+    {GgmlType::tq2_0, "tq2_0", 256, 66, true},
     {GgmlType::mxfp4, "mxfp4", 32, 17, false},
     {GgmlType::nvfp4, "nvfp4", 64, 36, false},
     {GgmlType::q1_0, "q1_0", 128, 18, false},

@@ -27,7 +27,8 @@ using dissect::WeightFormat;
 // ---- declarations -------------------------------------------------------------------------------
 
 /// Whether `path` has a kernel for `format`: vnni is for int8 and q4_0, bf16 for bf16 only;
-/// ggml's block formats (q8_0, q4_K, q5_K, q6_K) have scalar, avx2 and avx512_vnni kernels.
+/// ggml's block formats (q8_0, q4_K, q5_K, q6_K, tq2_0) have scalar, avx2 and avx512_vnni
+/// kernels.
 constexpr bool path_applies(KernelPath path, WeightFormat format);
 
 /// The fastest supported path for `format` at `m` activation rows, ignoring any pin.

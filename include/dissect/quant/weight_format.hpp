@@ -23,6 +23,14 @@
 //           Their rows may be stacked from parts of different ggml formats (a GGUF model's
 //           q, k and v, which llama.cpp's recipes quantise differently): each run of rows keeps
 //           its own blocks and format.
+//   tq2_0 — ggml's ternary blocks, the layout llama.cpp stores BitNet b1.58 models in (so such a
+//           GGUF file runs on its own bytes, with llama.cpp as the baseline on the same file):
+//           per 256 weights, d = max|w| (stored fp16) and q = lroundf(w·(1/d)) + 1 ∈ {0, 1, 2}
+//           in 2 bits, ŵ = (q − 1)·fp16(d); 2.0625 bits per weight. Rounding to the nearest of
+//           −d, 0, d is the whole rule: a trained ternary weight (every block ±s or 0) is kept
+//           exactly, any other loses up to d/2 per weight. A ggml format in every other respect
+//           (in_features a multiple of 256, stacking, GGUF loading); a block with a code of 3,
+//           which no quantiser writes and llama.cpp would read as +2·d, is refused on loading.
 //
 // Every format refuses an empty matrix and a non-finite weight (naming the row and column), and a
 // scale that does not fit its own type (a bf16 that rounds to ±Inf, an fp16 block scale beyond
@@ -86,10 +94,12 @@ class QuantizedWeight {
   static QuantizedWeight from_q4_0(index_t rows, index_t cols, std::vector<std::uint8_t> nibbles,
                                    std::vector<std::uint16_t> scales);
   /// From ggml blocks of `type`, as a GGUF tensor holds them (rows · ggml_row_bytes(type, cols)
-  /// bytes): q8_0, q4_K, q5_K and q6_K are kept as they are; q4_0 is moved into dissect's q4_0
-  /// layout (the same values: its scales and nibbles split apart). Every block scale is checked.
+  /// bytes): q8_0, q4_K, q5_K, q6_K and tq2_0 are kept as they are; q4_0 is moved into dissect's
+  /// q4_0 layout (the same values: its scales and nibbles split apart). Every block scale is
+  /// checked, and every tq2_0 code.
   /// @throws ConfigError for any other type (keeps_ggml_type says which); ShapeError for a size
-  ///         that does not fit; Error naming the row and block of a non-finite scale.
+  ///         that does not fit; Error naming the row and block of a non-finite scale or of a
+  ///         tq2_0 code 3 (not a ternary value).
   static QuantizedWeight from_ggml(GgmlType type, index_t rows, index_t cols,
                                    std::span<const std::uint8_t> blocks);
   /// Whether from_ggml takes `type`.
@@ -372,13 +382,15 @@ namespace detail {
 
 /// Byte offsets of the fp16 scales in one block of a kept ggml type.
 inline std::span<const int> ggml_scale_offsets(GgmlType type) {
-  static constexpr int d_only[] = {0}, d_and_min[] = {0, 2}, q6[] = {208};
+  static constexpr int d_only[] = {0}, d_and_min[] = {0, 2}, q6[] = {208}, tq2[] = {64};
   switch (type) {
     case GgmlType::q4_K:
     case GgmlType::q5_K:
       return d_and_min;
     case GgmlType::q6_K:
       return q6;
+    case GgmlType::tq2_0:
+      return tq2;
     default:
       return d_only;  // q4_0, q8_0: d first
   }
@@ -390,7 +402,8 @@ inline QuantizedWeight QuantizedWeight::from_ggml(GgmlType type, index_t rows, i
                                                   std::span<const std::uint8_t> blocks) {
   if (!keeps_ggml_type(type)) {
     throw ConfigError(detail::concat("QuantizedWeight::from_ggml: ", ggml_type_name(type),
-                                     " blocks are not kept (q4_0, q8_0, q4_K, q5_K, q6_K are)"));
+                                     " blocks are not kept (q4_0, q8_0, q4_K, q5_K, q6_K, tq2_0 "
+                                     "are)"));
   }
   const GgmlTypeInfo info = ggml_type_info(type);
   if (rows <= 0 || cols <= 0 || cols % info.block_elements != 0 ||
@@ -411,6 +424,19 @@ inline QuantizedWeight QuantizedWeight::from_ggml(GgmlType type, index_t rows, i
         throw Error(detail::concat("QuantizedWeight::from_ggml(", info.name, "): row ",
                                    b / blocks_per_row, ", block ", b % blocks_per_row,
                                    " has a scale that is not finite"));
+      }
+    }
+    if (type == GgmlType::tq2_0) {
+      // Code 3 has both bits of a pair set: byte & (byte >> 1) & 0b01010101.
+      const std::uint8_t* codes = blocks.data() + b * info.block_bytes;
+      for (int i = 0; i < 64; ++i) {
+        if ((codes[i] & (codes[i] >> 1) & 0x55) != 0) {
+          throw Error(detail::concat("QuantizedWeight::from_ggml(tq2_0): row ", b / blocks_per_row,
+                                     ", block ", b % blocks_per_row, " holds code 3 in byte ", i,
+                                     " (0x", "0123456789abcdef"[codes[i] >> 4],
+                                     "0123456789abcdef"[codes[i] & 15],
+                                     "); a ternary weight's code is 0, 1 or 2"));
+        }
       }
     }
   }

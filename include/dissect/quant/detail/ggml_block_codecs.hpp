@@ -25,6 +25,9 @@
 //          (per 128 values: ql low/high nibbles and 2-bit qh fields)        ŵ = d·sc_(i/16)·(q −
 //          32)
 //   q8_K   d:f32 | 256 × i8 | bsums: 16 × i16 (sums of 16 consecutive q)   ŵ = d·q
+//   tq2_0  qs: 64 bytes of 2-bit codes | d:f16     ŵ = (q − 1)·d, q ∈ {0, 1, 2}
+//          (per 128 values h: bits 2l, 2l+1 of byte 32h + m are value 128h + 32l + m)
+//          A code of 3 (which the quantiser never writes) decodes as llama.cpp decodes it: +2·d.
 #pragma once
 
 #ifndef DISSECT_PUBLIC_HEADER
@@ -620,6 +623,50 @@ DISSECT_EXACT_FLOAT inline void dequantize_q8_K(const std::uint8_t* block, float
   const float d = std::bit_cast<float>(load_u32(block));
   for (int j = 0; j < super_block; ++j) {
     y[j] = d * static_cast<float>(static_cast<std::int8_t>(block[4 + j]));
+  }
+}
+
+// ---- ternary: BitNet b1.58 ------------------------------------------------------------------
+
+/// The code of one value of a tq2_0 block: lroundf(v) + 1 (half away from zero), as ggml stores
+/// it (its `& 3` is a no-op: |v| ≤ 1 up to one rounding, so the code is 0, 1 or 2). A non-finite
+/// v (a block whose max is so small that 1/d overflows, or 0·∞) gets code 1, what x86's
+/// conversion of an out-of-range lroundf makes of ggml's (LONG_MIN + 1) & 3; that block's fp16
+/// scale is 0, so every value decodes to 0 either way.
+inline std::uint8_t ternary_code(float v) {
+  if (!std::isfinite(v)) return 1;
+  return static_cast<std::uint8_t>((std::lround(v) + 1) & 3);
+}
+
+/// ggml's quantize_row_tq2_0_ref: d = max|x| (no division: the levels are −d, 0, d), codes of
+/// x·(1/d) rounded half away from zero.
+DISSECT_EXACT_FLOAT inline void quantize_tq2_0(const float* x, std::uint8_t* block) {
+  DISSECT_EXACT_FLOAT_BODY
+  float amax = 0;
+  for (int j = 0; j < super_block; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax;
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  for (int h = 0; h < 2; ++h) {
+    for (int m = 0; m < 32; ++m) {
+      unsigned byte = 0;
+      for (int l = 0; l < 4; ++l)
+        byte |= unsigned{ternary_code(x[128 * h + 32 * l + m] * id)} << (2 * l);
+      block[32 * h + m] = static_cast<std::uint8_t>(byte);
+    }
+  }
+  store_f16(block + 64, d);
+}
+
+DISSECT_EXACT_FLOAT inline void dequantize_tq2_0(const std::uint8_t* block, float* y) {
+  DISSECT_EXACT_FLOAT_BODY
+  const float d = load_f16(block + 64);
+  for (int h = 0; h < 2; ++h) {
+    for (int l = 0; l < 4; ++l) {
+      for (int m = 0; m < 32; ++m) {
+        const int q = (block[32 * h + m] >> (2 * l)) & 3;
+        *y++ = static_cast<float>(q - 1) * d;
+      }
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 // dissect/quant/detail/ggml_dot.hpp — PRIVATE: include dissect/quant/weight_format.hpp.
 //
-// y = x·Ŵᵀ (+ b) with W held in ggml's own blocks (q8_0, q4_K, q5_K, q6_K), read in place as a
-// GGUF file stores them. Three paths:
+// y = x·Ŵᵀ (+ b) with W held in ggml's own blocks (q8_0, q4_K, q5_K, q6_K, tq2_0), read in place
+// as a GGUF file stores them. Three paths:
 //
 //   scalar  the oracle: Σ_k x_k·ŵ_k in double, ŵ decoded by ggml's dequantize_row_* rule
 //           (quant/detail/ggml_block_codecs.hpp), rounded once. Slow on purpose.
@@ -11,8 +11,13 @@
 //             q4_K, q5_K  Σ_j sc_j·Σ q·x̃  and  Σ_j m_j·Σ x̃, scaled by d·dx and dmin·dx
 //             q6_K        Σ_g sc_g·Σ q·x̃ − 32·Σ_g sc_g·Σ x̃ (q ∈ [0, 63] stored with a +32 bias)
 //             q8_0        Σ q·x̃ per block, scaled by d·dx
+//             tq2_0       Σ q·x̃ − Σ x̃ (q ∈ {0, 1, 2} stored with a +1 bias, Σ x̃ from q8_K's
+//                         sums of 16), scaled by d·dx
 //           So dissect and llama.cpp sum the same integers; only the order of the few float
-//           additions per block differs.
+//           additions per block differs. For tq2_0 not even that: the eight int32 lanes, their
+//           per-block scaling into eight float lanes and the final horizontal sum are those of
+//           llama.cpp's AVX2 ggml_vec_dot_tq2_0_q8_K, except that the multiply and add are one
+//           fused step (explicitly, so the avx512_vnni path can reproduce it bit for bit).
 //   avx512_vnni  the same integer sums, each weight block decoded once for ggml_tile_rows
 //           activation rows (quant/detail/ggml_dot_avx512.hpp): the prefill path.
 //
@@ -58,8 +63,8 @@ struct GgmlWeightsView {
   index_t rows = 0, cols = 0;
 };
 
-/// The activation format llama.cpp pairs with `format`'s weights: q8_K for the K-quants, q8_0
-/// for q8_0.
+/// The activation format llama.cpp pairs with `format`'s weights: q8_K for the K-quants and
+/// tq2_0, q8_0 for q8_0.
 GgmlType ggml_activation_type(WeightFormat format);
 
 /// Row i of x ([m, K], stride ldx) quantised to ggml_activation_type(format) blocks at
@@ -268,10 +273,47 @@ DISSECT_TARGET_AVX2 inline float dot_q8_0_row(const std::uint8_t* w, const std::
   return hsum_f32(acc);
 }
 
+/// A row of tq2_0 blocks against a row of q8_K activations, llama.cpp's integer and float steps:
+/// per block, the codes' four 2-bit planes times x̃ by vpmaddubsw into int16 lanes (exact: a lane
+/// gathers 16 products of a code ≤ 3 and |x̃| ≤ 127, |·| ≤ 8128 with a sum of 16 taken off), the
+/// q8_K sums of 16 subtracted for the +1 bias, vpmaddwd into 8 int32 lanes, each lane scaled by
+/// d·dx into its own float lane; the 8 float lanes summed at the end. Int32 lane k holds the
+/// products of bytes 4k … 4k+3 of both 32-byte halves of the codes, less sums 2k and 2k+1: the
+/// avx512_vnni kernel rebuilds exactly these lanes.
+DISSECT_TARGET_AVX2 inline float dot_tq2_0_row(const std::uint8_t* w, const std::uint8_t* a,
+                                               index_t blocks) {
+  const __m256i three = _mm256_set1_epi8(3);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc = _mm256_setzero_ps();
+  for (index_t b = 0; b < blocks; ++b, w += 66, a += 292) {
+    const std::uint8_t* xq = a + 4;
+    __m256i sum01 = _mm256_setzero_si256(), sum23 = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      // Byte m of half h: values 128h + 32l + m in bits 2l, 2l + 1.
+      const __m256i codes = load256(w + 32 * h);
+      const __m256i q0 = _mm256_and_si256(codes, three);
+      const __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(codes, 2), three);
+      const __m256i q2 = _mm256_and_si256(_mm256_srli_epi16(codes, 4), three);
+      const __m256i q3 = _mm256_and_si256(_mm256_srli_epi16(codes, 6), three);
+      const std::uint8_t* x = xq + 128 * h;
+      sum01 = _mm256_add_epi16(sum01, _mm256_add_epi16(_mm256_maddubs_epi16(q0, load256(x)),
+                                                       _mm256_maddubs_epi16(q1, load256(x + 32))));
+      sum23 = _mm256_add_epi16(sum23, _mm256_add_epi16(_mm256_maddubs_epi16(q2, load256(x + 64)),
+                                                       _mm256_maddubs_epi16(q3, load256(x + 96))));
+    }
+    const __m256i biased = _mm256_sub_epi16(_mm256_add_epi16(sum01, sum23), load256(a + 4 + 256));
+    const __m256i lanes = _mm256_madd_epi16(biased, ones);
+    const float scale = f16_at(w + 64) * q8_K_scale(a);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(scale), acc);
+  }
+  return hsum_f32(acc);
+}
+
 /// A row of W (`row_bytes` of `format` blocks) against a row of activations.
 DISSECT_TARGET_AVX2 inline float dot_row(WeightFormat format, const std::uint8_t* w,
                                          const std::uint8_t* a, index_t K) {
   if (format == WeightFormat::q8_0) return dot_q8_0_row(w, a, K / 32);
+  if (format == WeightFormat::tq2_0) return dot_tq2_0_row(w, a, K / 256);
   float sum = 0;
   const index_t blocks = K / 256;
   const index_t weight_bytes = ggml_type_info(ggml_type_of(format)).block_bytes;

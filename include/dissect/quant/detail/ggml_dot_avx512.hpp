@@ -1,7 +1,7 @@
 // dissect/quant/detail/ggml_dot_avx512.hpp — PRIVATE: include dissect/quant/weight_format.hpp.
 //
-// ggml's blocks (q8_0, q4_K, q5_K, q6_K) on AVX-512 with VNNI: the same integer sums as the avx2
-// path of ggml_dot.hpp, arranged for prefill. The avx2 path decodes a weight block (nibbles,
+// ggml's blocks (q8_0, q4_K, q5_K, q6_K, tq2_0) on AVX-512 with VNNI: the same integer sums as the
+// avx2 path of ggml_dot.hpp, arranged for prefill. The avx2 path decodes a weight block (nibbles,
 // fifth/sixth bits, the packed 6-bit scales, the fp16 scales) again for every activation row;
 // here each weight block is decoded once into registers and multiplied against
 // ggml_tile_rows activation rows, so at m = 128 the decoding is paid 32 times per weight
@@ -25,8 +25,18 @@
 // in that order, then per pair the two fp32 scales; an odd last block is padded with x̃ = 0 and
 // scale 0. 1.125 bytes per value: eight rows of K = 5632 stay in L1.
 //
-// The error bound is the avx2 path's (ggml_dot.hpp): only the order of the float additions per
-// block differs.
+// tq2_0 runs on vpdpbusd directly: its codes are unsigned (0, 1, 2) and q8_K's x̃ signed, which
+// is the operand order vpdpbusd wants. A block's 64 code bytes become four vectors, one per
+// 64 values of x̃ (values 64c … 64c+63: the 32 bytes of half c/2, shifted by 4·(c%2) in the low
+// 256 bits and by 4·(c%2) + 2 in the high), decoded once for ggml_tile_rows activation rows.
+// Four vpdpbusd leave, in dword t, the products of code bytes 4(t%8) … 4(t%8)+3; folding the two
+// 256-bit halves and taking off q8_K's sums 2k and 2k+1 gives exactly the avx2 path's int32
+// lane k, which is then scaled and accumulated in the same float lanes, by the same fused
+// multiply-add, and summed by the same horizontal sum: tq2_0's two integer paths agree bit for
+// bit (tests/test_tq2_0.cpp), not merely within a bound.
+//
+// The error bound of the other formats is the avx2 path's (ggml_dot.hpp): only the order of the
+// float additions per block differs.
 #pragma once
 
 #ifndef DISSECT_PUBLIC_HEADER
@@ -279,6 +289,54 @@ DISSECT_TARGET_VNNI inline void quantize_q8_0_vnni(const float* x, index_t ldx, 
   }
 }
 
+/// One weight row of tq2_0 blocks against R activation rows of q8_K blocks: sums[r], bit for bit
+/// what dot_tq2_0_row (ggml_dot.hpp) returns for each row (see the header comment).
+template <int R>
+DISSECT_TARGET_VNNI inline void tq2_0_tile(const std::uint8_t* w, index_t blocks,
+                                           const std::uint8_t* a, index_t stride, float* sums) {
+  constexpr index_t weight_bytes = 66, activation_bytes = 292;
+  constexpr __mmask32 upper_half = 0xffff0000u;
+  const __m512i three = _mm512_set1_epi8(3);
+  // Per 16-bit lane: shift the low 256 bits by 4·(c%2), the high by 4·(c%2) + 2.
+  const __m512i shift[2] = {
+      _mm512_mask_blend_epi16(upper_half, _mm512_set1_epi16(0), _mm512_set1_epi16(2)),
+      _mm512_mask_blend_epi16(upper_half, _mm512_set1_epi16(4), _mm512_set1_epi16(6))};
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (index_t b = 0; b < blocks; ++b) {
+    const std::uint8_t* wb = w + b * weight_bytes;
+    __m512i q[4];
+    for (int h = 0; h < 2; ++h) {
+      const __m512i codes =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 32 * h)));
+      q[2 * h] = _mm512_and_si512(_mm512_srlv_epi16(codes, shift[0]), three);
+      q[2 * h + 1] = _mm512_and_si512(_mm512_srlv_epi16(codes, shift[1]), three);
+    }
+    const float d = f16_value(wb + 64);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const std::uint8_t* x = a + r * stride + b * activation_bytes;
+      float dx;
+      std::memcpy(&dx, x, 4);
+      __m512i sum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c)
+        sum = _mm512_dpbusd_epi32(sum, q[c], _mm512_loadu_si512(x + 4 + 64 * c));
+      // Dwords t and t + 8 are avx2 lane t's two halves; its +1 bias is q8_K's sums 2t, 2t + 1.
+      __m256i lanes =
+          _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
+      lanes = _mm256_sub_epi32(
+          lanes, _mm256_madd_epi16(
+                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 4 + 256)), ones));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(d * dx), acc[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) sums[r] = hsum_f32(acc[r]);
+}
+
 /// Sums of one weight row against r ≤ ggml_tile_rows activation rows, r chosen at run time.
 template <WeightFormat F, int R = 1>
 inline void ggml_tile(int r, const std::uint8_t* w, index_t blocks, const std::uint8_t* a,
@@ -291,6 +349,8 @@ inline void ggml_tile(int r, const std::uint8_t* w, index_t blocks, const std::u
   }
   if constexpr (F == WeightFormat::q8_0) {
     q8_0_tile<R>(w, blocks, a, stride, sums);
+  } else if constexpr (F == WeightFormat::tq2_0) {
+    tq2_0_tile<R>(w, blocks, a, stride, sums);
   } else {
     k_quant_tile<F, R>(w, blocks, a, stride, sums);
   }
@@ -336,6 +396,9 @@ inline void ggml_avx512_matmul(const GgmlWeightsView& w, const float* x, index_t
       return;
     case WeightFormat::q5_K:
       ggml_avx512_rows<WeightFormat::q5_K>(w, a, stride, m, y, ldy, bias, threads);
+      return;
+    case WeightFormat::tq2_0:
+      ggml_avx512_rows<WeightFormat::tq2_0>(w, a, stride, m, y, ldy, bias, threads);
       return;
     default:
       ggml_avx512_rows<WeightFormat::q6_K>(w, a, stride, m, y, ldy, bias, threads);
