@@ -409,5 +409,40 @@ TEST(TensorParallelBudget, RanksThatDoNotDivideTheHeadsAreAConfigError) {
   EXPECT_NO_THROW(tensor_parallel_budget(b, 8192, 8));
 }
 
+// A mixture of experts keeps every expert in memory, but one decode step reads only the experts
+// its tokens went to: k of E for one sequence, E·(1 − (1 − k/E)^B) expected for B under a
+// uniform router, which tends to all of them.
+TEST(MixtureOfExpertsBudget, ADecodeStepReadsTheDenseWeightsAndTheExpertsItsBatchUses) {
+  const TransformerConfig& mixtral = find_preset("mixtral-8x7b").config;
+  const ModelSize size = model_size(mixtral);
+  const ParameterCount count = count_parameters(mixtral);
+  EXPECT_EQ(size.parameters, count.total);
+  EXPECT_EQ(size.expert_parameters, count.experts);
+  const double dense = static_cast<double>(count.total - count.experts);
+  EXPECT_DOUBLE_EQ(size.parameters_read(1), static_cast<double>(count.active));
+  EXPECT_DOUBLE_EQ(size.parameters_read(2),
+                   dense + (1.0 - 0.75 * 0.75) * static_cast<double>(count.experts));
+  EXPECT_NEAR(size.parameters_read(256), static_cast<double>(count.total), 1.0);  // 0.75^256 ≈ 0
+  const ModelSize dense_size = model_size(find_preset("llama-7b").config);
+  EXPECT_DOUBLE_EQ(dense_size.parameters_read(1), static_cast<double>(dense_size.parameters));
+
+  BudgetInputs inputs;
+  inputs.context = 4096;
+  inputs.bandwidth = 2e12;
+  inputs.batch = 1;
+  const Budget budget = compute_budget(mixtral, inputs);
+  EXPECT_EQ(budget.weights_bytes, 2 * count.total);  // fp16: every expert is held
+  EXPECT_NEAR(budget.decode->ms_per_step, 2.0 * static_cast<double>(count.active) / 2e12 * 1e3,
+              1e-9);
+
+  ModelSize broken = size;
+  broken.experts_per_token = 9;
+  EXPECT_THROW_WITH(broken.validate(), ConfigError,
+                    "experts_per_token 9 must be in [1, n_experts = 8]");
+  broken = size;
+  broken.expert_parameters = size.parameters + 1;
+  EXPECT_THROW_WITH(broken.validate(), ConfigError, "expert_parameters");
+}
+
 }  // namespace test_budget
 }  // namespace dissect

@@ -239,6 +239,22 @@ TEST(CountParameters, AnEstimateBeyondInt64DoesNotBlockTheExactCount) {
   EXPECT_THROW_WITH(try_approx_parameters(0, 12), ConfigError, "d_model must be > 0");
 }
 
+// Mixtral-8x7B's published sizes (Jiang et al. 2024, "Mixtral of Experts": 47 B parameters,
+// 13 B active; the model card: 46.7 B): 8 experts of 3·4096·14336 weights in each of 32 layers.
+TEST(CountParameters, MixtralHasItsPublishedTotalAndActiveParameters) {
+  const ParameterCount count = count_parameters(find_preset("mixtral-8x7b").config);
+  EXPECT_EQ(count.total, 46'702'792'704);
+  EXPECT_EQ(count.experts, index_t{8} * 3 * 4096 * 14336 * 32);
+  EXPECT_EQ(count.active, count.total - count.experts / 8 * 6);
+  EXPECT_EQ(count.active, 12'879'925'248);
+  // The router, [E, D] without bias, belongs to the FFN and is always active.
+  EXPECT_EQ(count.per_layer.ffn, count.experts / 32 + 8 * 4096);
+  // A dense model uses every parameter.
+  const ParameterCount dense = count_parameters(find_preset("llama-7b").config);
+  EXPECT_EQ(dense.active, dense.total);
+  EXPECT_EQ(dense.experts, 0);
+}
+
 TEST(CountParameters, IsTheSumOverWeightMatricesPlusNorms) {
   // count_parameters reads weight_matrices: its matrix parameters are theirs, one copy per layer
   // for the per-layer ones, and what is left is the norms.
@@ -248,7 +264,7 @@ TEST(CountParameters, IsTheSumOverWeightMatricesPlusNorms) {
     const ParameterCount count = count_parameters(c);
     index_t matrices = 0;
     for (const WeightMatrix& m : weight_matrices(c)) {
-      matrices += m.parameters() * (m.per_layer ? c.n_layers : 1);
+      matrices += m.all_parameters() * (m.per_layer ? c.n_layers : 1);
     }
     const index_t norms = count.per_layer.norms * c.n_layers + count.final_norm;
     EXPECT_EQ(count.total, matrices + norms);

@@ -168,13 +168,15 @@ TEST(ForwardShapeChain, TotalIsForwardFlopsAndTheBudgetsPrefillForEveryPreset) {
   //   llama-7b     T 2048: 2·2048·6,607,077,376 + 2·32·(2·32·2048²·128)    = 29,261,612,187,648
   //   llama-2-70b  T 4096: 2·4096·68,713,185,280 + 2·80·(2·64·4096²·128)   = 606,878,878,924,800
   //   toy          T 1024: 2·1024·35,258,368 + 2·6·(2·8·1024²·64)          = 85,094,039,552
+  //   mixtral-8x7b T 32768: 2·32768·12,748,587,008 + 2·32·(2·32·32768²·128)
+  //                                                                 = 1,398,441,351,577,600
+  //     (W: per layer attention 41,943,040 + router 32,768 + 2 of 8 experts 352,321,536, × 32,
+  //     plus the head 131,072,000)
   // tests/tools/CMakeLists.txt checks that `budget --preset <name> --json` prints these numbers.
   const std::vector<std::pair<std::string, index_t>> expected = {
-      {"gpt2-small", 291'648'307'200},
-      {"gpt2-medium", 826'951'073'792},
-      {"llama-7b", 29'261'612'187'648},
-      {"llama-2-70b", 606'878'878'924'800},
-      {"toy", 85'094'039'552}};
+      {"gpt2-small", 291'648'307'200},  {"gpt2-medium", 826'951'073'792},
+      {"llama-7b", 29'261'612'187'648}, {"llama-2-70b", 606'878'878'924'800},
+      {"toy", 85'094'039'552},          {"mixtral-8x7b", 1'398'441'351'577'600}};
   ASSERT_EQ(expected.size(), presets().size());
   for (const auto& [name, total] : expected) {
     SCOPED_TRACE(name);

@@ -68,6 +68,55 @@ TEST(HfConfig, DefaultsFollowTransformers) {
   EXPECT_FALSE(llama.config.tied_embeddings);
 }
 
+nlohmann::json mixtral_json() {
+  auto json = llama_json();
+  json["model_type"] = "mixtral";
+  json["num_local_experts"] = 8;
+  json["num_experts_per_tok"] = 2;
+  json["sliding_window"] = nullptr;
+  json["router_aux_loss_coef"] = 0.02;
+  return json;
+}
+
+TEST(HfConfig, MixtralReadsItsExpertsAndTheirCount) {
+  const auto mixtral = read_hf_config(testing::fixture_dir("hf") / "mixtral" / "config.json");
+  EXPECT_EQ(mixtral.family, ModelFamily::mixtral);
+  EXPECT_EQ(mixtral.config.n_experts, 4);
+  EXPECT_EQ(mixtral.config.experts_per_token, 2);
+  EXPECT_EQ(mixtral.config.ffn, Ffn::gated);
+  EXPECT_DOUBLE_EQ(mixtral.config.rope_theta, 1e6);
+  auto defaults = mixtral_json();
+  defaults.erase("rope_theta");
+  defaults.erase("rms_norm_eps");
+  defaults.erase("sliding_window");
+  const auto read = parse_hf_config(defaults, "config.json");
+  EXPECT_DOUBLE_EQ(read.config.rope_theta, 1e6);  // MixtralConfig's defaults, not LlamaConfig's
+  EXPECT_DOUBLE_EQ(*read.config.norm_eps, 1e-5);
+  EXPECT_EQ(style_of(ModelFamily::mixtral).model_name, "MixtralModel");
+  EXPECT_EQ(family_name(ModelFamily::mixtral), "mixtral");
+}
+
+TEST(HfConfigErrors, MixtralsExpertKeysAreCheckedAndAShortWindowRefused) {
+  auto missing = mixtral_json();
+  missing.erase("num_local_experts");
+  EXPECT_THROW_WITH(parse_hf_config(missing, "m/config.json"), ConfigError,
+                    "m/config.json: missing \"num_local_experts\"");
+  auto too_many = mixtral_json();
+  too_many["num_experts_per_tok"] = 9;
+  EXPECT_THROW_WITH(parse_hf_config(too_many, "m/config.json"), ConfigError,
+                    "experts_per_token 9 must be in [1, n_experts = 8]");
+  auto none = mixtral_json();
+  none["num_local_experts"] = 0;
+  EXPECT_THROW_WITH(parse_hf_config(none, "m/config.json"), ConfigError,
+                    "\"num_local_experts\" must be >= 1 (got 0)");
+  auto window = mixtral_json();
+  window["sliding_window"] = 16;
+  EXPECT_THROW_WITH(parse_hf_config(window, "m/config.json"), ConfigError,
+                    "\"sliding_window\" shorter than max_position_embeddings is not supported");
+  window["sliding_window"] = 4096;  // no shorter than the context: the full causal attention
+  EXPECT_NO_THROW(parse_hf_config(window, "m/config.json"));
+}
+
 TEST(HfConfigErrors, EveryBadKeyIsNamedWithTheFile) {
   auto missing = gpt2_json();
   missing.erase("n_head");
@@ -87,8 +136,9 @@ TEST(HfConfigErrors, EveryBadKeyIsNamedWithTheFile) {
                     "\"rope_scaling\" is not supported");
   auto type = llama_json();
   type["model_type"] = "mistral";
-  EXPECT_THROW_WITH(parse_hf_config(type, "c.json"), ConfigError,
-                    "model_type \"mistral\" is not one dissect builds (known: gpt2, llama)");
+  EXPECT_THROW_WITH(
+      parse_hf_config(type, "c.json"), ConfigError,
+      "model_type \"mistral\" is not one dissect builds (known: gpt2, llama, mixtral)");
   auto heads = llama_json();
   heads["num_key_value_heads"] = 3;
   EXPECT_THROW_WITH(parse_hf_config(heads, "c.json"), ConfigError,

@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "dissect/io/hf_names.hpp"
+#include "dissect/io/hf_writer.hpp"
 #include "dissect/io/huggingface.hpp"
 #include "dissect/io/model_file.hpp"
+#include "dissect/io/open_model.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/tensor_testing.hpp"
 
@@ -73,6 +75,60 @@ TEST(HuggingFace, ShardedLlamaCheckpointLoadsAndGivesTorchsLogits) {
   const auto model = load_hf_model<LlamaModel<double>>(hf_dir("llama"));
   expect_weights_of_fixture(model, "llama");
   expect_torch_logits(model, "llama");
+}
+
+// MixtralForCausalLM's names (block_sparse_moe.gate, experts.M.w1/w2/w3) and config keys
+// (num_local_experts, num_experts_per_tok), from a checkpoint torch's Mixtral block ran.
+TEST(HuggingFace, MixtralCheckpointLoadsAndGivesTorchsLogits) {
+  const auto model = load_hf_model<MixtralModel<double>>(hf_dir("mixtral"));
+  EXPECT_EQ(model.config().n_experts, 4);
+  EXPECT_EQ(model.config().experts_per_token, 2);
+  EXPECT_EQ(model.config().rope_theta, 1e6);
+  expect_weights_of_fixture(model, "mixtral");
+  expect_torch_logits(model, "mixtral");
+  // Found by its config, loaded by its family.
+  const auto detected = detect_checkpoint(hf_dir("mixtral"));
+  EXPECT_EQ(detected.require_model("test").family, ModelFamily::mixtral);
+  const index_t experts = visit_model<double>(
+      detected, [](const auto& any) { return any.config().n_experts; }, "test");
+  EXPECT_EQ(experts, 4);
+}
+
+// save_hf_checkpoint writes Mixtral's names back; the directory loads to the same weights.
+TEST(HuggingFace, MixtralRoundTripsThroughItsHuggingFaceNames) {
+  const auto model = load_hf_model<MixtralModel<float>>(hf_dir("mixtral"));
+  const fs::path dir = fs::path(::testing::TempDir()) / "mixtral_round_trip";
+  save_hf_checkpoint(dir, model);
+  const Checkpoint written(dir / "model.safetensors");
+  EXPECT_TRUE(written.contains("model.layers.1.block_sparse_moe.gate.weight"));
+  EXPECT_TRUE(written.contains("model.layers.1.block_sparse_moe.experts.3.w1.weight"));
+  EXPECT_TRUE(written.contains("model.layers.0.block_sparse_moe.experts.0.w2.weight"));
+  const auto again = load_hf_model<MixtralModel<float>>(dir);
+  std::vector<float> a, b;
+  model.for_each_parameter(
+      [&](const ParameterName&, auto v, auto) { a.insert(a.end(), v.begin(), v.end()); });
+  again.for_each_parameter(
+      [&](const ParameterName&, auto v, auto) { b.insert(b.end(), v.begin(), v.end()); });
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(read_hf_config(dir / "config.json").config.n_experts, 4);
+}
+
+TEST(HuggingFaceErrors, AMixtralCheckpointMissingAnExpertIsRefusedByName) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "mixtral_missing_expert";
+  fs::create_directories(dir);
+  fs::copy_file(hf_dir("mixtral") / "config.json", dir / "config.json",
+                fs::copy_options::overwrite_existing);
+  const Checkpoint full(hf_dir("mixtral") / "model.safetensors");
+  std::vector<SaveEntry> entries;
+  for (const std::string& name : full.tensor_names()) {
+    if (name == "model.layers.1.block_sparse_moe.experts.2.w3.weight") continue;
+    const auto& shard = full.shard_of(name);
+    entries.emplace_back(name, full.info(name).shape,
+                         StoredBytes{full.info(name).dtype, shard.bytes(name)});
+  }
+  save_safetensors(dir / "model.safetensors", entries, {});
+  EXPECT_THROW_WITH(load_hf_model<MixtralModel<float>>(dir), Error,
+                    "layers.1.block_sparse_moe.experts.2.up.weight");
 }
 
 TEST(HuggingFace, PrefixedNamesAndASavedTiedHeadAreAccepted) {
@@ -150,6 +206,24 @@ TEST(HfNames, LlamaNamesMapToDissectsWithQkvPartsNumbered) {
       hf_to_dissect_name(ModelFamily::llama, "model.layers.0.self_attn.rotary_emb.inv_freq"));
   EXPECT_EQ(strip_hf_prefix(ModelFamily::llama, "model.norm.weight"), "norm.weight");
   EXPECT_EQ(strip_hf_prefix(ModelFamily::gpt2, "model.norm.weight"), "model.norm.weight");
+}
+
+TEST(HfNames, MixtralNamesMapToTheRouterAndEachExpertsProjections) {
+  const auto name = [](std::string_view hf) {
+    return hf_to_dissect_name(ModelFamily::mixtral, hf, false).value().name;
+  };
+  EXPECT_EQ(name("model.layers.3.block_sparse_moe.gate.weight"),
+            "layers.3.block_sparse_moe.router.weight");
+  EXPECT_EQ(name("model.layers.0.block_sparse_moe.experts.7.w1.weight"),
+            "layers.0.block_sparse_moe.experts.7.gate.weight");
+  EXPECT_EQ(name("model.layers.0.block_sparse_moe.experts.7.w3.weight"),
+            "layers.0.block_sparse_moe.experts.7.up.weight");
+  EXPECT_EQ(name("model.layers.0.block_sparse_moe.experts.7.w2.weight"),
+            "layers.0.block_sparse_moe.experts.7.down.weight");
+  const auto k =
+      hf_to_dissect_name(ModelFamily::mixtral, "model.layers.2.self_attn.k_proj.weight", false);
+  EXPECT_EQ(k->name, "layers.2.self_attn.qkv.weight");
+  EXPECT_EQ(k->qkv_part, 1);
 }
 
 TEST(HfNames, LayersEmbeddingsAndBuffersInEitherFamilysNames) {
@@ -232,6 +306,11 @@ TEST(ModelFile, ConfigJsonRoundTripsEveryField) {
   config.head_dim = 128;
   const auto again = config_from_json(config_to_json(config), "test");
   EXPECT_EQ(config_to_json(again), config_to_json(config));
+  const TransformerConfig& mixtral = find_preset("mixtral-8x7b").config;
+  const auto experts = config_from_json(config_to_json(mixtral), "test");
+  EXPECT_EQ(experts.n_experts, 8);
+  EXPECT_EQ(experts.experts_per_token, 2);
+  EXPECT_EQ(config_to_json(experts), config_to_json(mixtral));
   auto broken = config_to_json(config);
   broken["norm"] = "batch_norm";
   EXPECT_THROW_WITH(config_from_json(broken, "f"), ConfigError,

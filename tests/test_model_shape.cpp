@@ -123,7 +123,7 @@ TEST(ForwardFlops, LinearIsTheSumOfTheProductsOfEveryMultipliedMatrix) {
       index_t linear = 0;
       for (const WeightMatrix& m : weight_matrices(c)) {
         if (m.multiplied)
-          linear += product_flops(m, batch * tokens) * (m.per_layer ? c.n_layers : 1);
+          linear += product_flops(m, batch * tokens) * m.active * (m.per_layer ? c.n_layers : 1);
       }
       const ForwardFlops f = forward_flops(c, batch, tokens);
       EXPECT_EQ(f.linear, linear);

@@ -1,5 +1,5 @@
-// Tests of dissect/models: GPT2Model and LlamaModel against PyTorch (logits, loss and every
-// parameter's gradient, float32 and float64), cached decoding against the full forward, the
+// Tests of dissect/models: GPT2Model, LlamaModel and MixtralModel against PyTorch (logits, loss and
+// every parameter's gradient, float32 and float64), cached decoding against the full forward, the
 // live shape trace against forward_shape_chain, counts against count_parameters, finite
 // differences in double, and the bad inputs of the issue (ids, positions, KV caches, configs),
 // each of which must throw and change nothing.
@@ -46,6 +46,10 @@ TransformerConfig config_from(const testing::Fixture& fixture) {
     config.norm = Norm::rms_norm;
     config.ffn = Ffn::gated;
     config.rope_theta = std::stod(fixture.meta_str("rope_theta"));
+  }
+  if (fixture.has_meta("n_experts")) {
+    config.n_experts = fixture.meta_int("n_experts");
+    config.experts_per_token = fixture.meta_int("experts_per_token");
   }
   // GPT-2's attention switches, as config.json spells them (model_scaling fixtures only).
   if (fixture.has_meta("scale_attn_weights") && !fixture.meta_bool("scale_attn_weights")) {
@@ -183,6 +187,13 @@ TYPED_TEST(ModelFixtures, LlamaMatchesTorchLogitsLossAndEveryGradient) {
   expect_matches_torch<LlamaModel<TypeParam>>("llama");
 }
 
+// Mixtral's sparse MoE block as HF's MixtralSparseMoeBlock computes it (softmax over E, top-2,
+// renormalised), every expert's and the router's gradients; the generator checks that no token
+// sits near a routing tie, so float32 routes as float64 does.
+TYPED_TEST(ModelFixtures, MixtralMatchesTorchLogitsLossAndEveryGradient) {
+  expect_matches_torch<MixtralModel<TypeParam>>("mixtral");
+}
+
 // HF GPT2Attention with scale_attn_weights: false (no 1/√d_k) and, separately, with
 // scale_attn_by_inverse_layer_idx: true (layer i's scores also / (i + 1)), on 3 layers whose QKV
 // weights make the scores O(1): the fixtures' logits move by ~20-80% of their size from the
@@ -200,6 +211,7 @@ TYPED_TEST(ModelFixtures, Gpt2ScaledByInverseLayerIndexMatchesTorch) {
 using testing::random_ids;
 using testing::small_gpt2;
 using testing::small_llama;
+using testing::small_mixtral;
 
 /// Rows [first, first + T) of every sequence of a B×S id batch.
 std::vector<index_t> slice_positions(const std::vector<index_t>& ids, index_t batch, index_t seq,
@@ -304,6 +316,13 @@ TYPED_TEST(ModelAlgebra, LlamaCachedDecodingEqualsFullForward) {
   expect_cached_decoding_equals_full_forward<LlamaModel<TypeParam>>(small_llama(), {5, 3, 1, 3});
 }
 
+TYPED_TEST(ModelAlgebra, MixtralCachedDecodingEqualsFullForward) {
+  const std::vector<index_t> one_by_one(12, 1);
+  expect_cached_decoding_equals_full_forward<MixtralModel<TypeParam>>(small_mixtral(), one_by_one);
+  expect_cached_decoding_equals_full_forward<MixtralModel<TypeParam>>(small_mixtral(),
+                                                                      {5, 3, 1, 3});
+}
+
 TYPED_TEST(ModelAlgebra, CausalityLaterTokensDoNotChangeEarlierLogits) {
   LlamaModel<TypeParam> model(small_llama(), {.init_std = 0.2, .seed = 3});
   auto ids = random_ids(12, 23, 5);
@@ -330,6 +349,21 @@ TEST(Models, ParameterCountEqualsCountParametersForEveryStyleChoice) {
       }
     }
   }
+  for (index_t experts : {1, 3, 4}) {
+    TransformerConfig mixtral = small_mixtral();
+    mixtral.n_experts = experts;
+    mixtral.experts_per_token = 1;
+    const auto count = count_parameters(mixtral);
+    MixtralModel<float> model(mixtral);
+    EXPECT_EQ(model.parameter_count(), count.total);
+    // The experts' parameters are what the count says, and a token uses k of E of them.
+    index_t in_experts = 0;
+    model.for_each_parameter([&](const ParameterName& name, auto value, auto) {
+      if (name.str().find(".experts.") != std::string::npos) in_experts += value.size();
+    });
+    EXPECT_EQ(in_experts, count.experts);
+    EXPECT_EQ(count.total - count.active, count.experts / experts * (experts - 1));
+  }
 }
 
 TEST(Models, ParametersHaveStateDictNames) {
@@ -348,6 +382,11 @@ TEST(Models, ParametersHaveStateDictNames) {
   EXPECT_EQ(llama[2], "layers.0.self_attn.qkv.weight");
   EXPECT_EQ(llama[5], "layers.0.mlp.gate.weight");
   EXPECT_EQ(llama.back(), "lm_head.weight");
+  const auto mixtral = parameter_names(MixtralModel<float>(small_mixtral()));
+  ASSERT_EQ(mixtral.size(), 1u + (5u + 3u * 4u) * 2 + 2u);
+  EXPECT_EQ(mixtral[5], "layers.0.block_sparse_moe.router.weight");
+  EXPECT_EQ(mixtral[6], "layers.0.block_sparse_moe.experts.0.gate.weight");
+  EXPECT_EQ(mixtral[17], "layers.0.block_sparse_moe.experts.3.down.weight");
 }
 
 /// The recorded stages equal forward_shape_chain's, stage by stage; the chain's last stage,
@@ -374,6 +413,8 @@ void expect_trace_equals_chain(const TransformerConfig& config, index_t batch, i
 TEST(Models, RecordedShapeChainEqualsForwardShapeChain) {
   expect_trace_equals_chain<GPT2Model<float>>(small_gpt2(), 3, 7);
   expect_trace_equals_chain<LlamaModel<float>>(small_llama(), 2, 12);
+  // The routing step: the router's logits [B, T, E] between attention and the experts.
+  expect_trace_equals_chain<MixtralModel<float>>(small_mixtral(), 2, 12);
 }
 
 TYPED_TEST(ModelAlgebra, TiedEmbeddingReceivesTheHeadsAndTheLookupsGradients) {
@@ -507,6 +548,23 @@ TEST(ModelErrors, AKvCacheOfAnotherConfigOrBatchIsRefused) {
                     "this model and batch need [2, 2, 2, 12, 4]");
   EXPECT_EQ(wrong_heads.length(), 0);
   EXPECT_EQ(one_sequence.length(), 0);
+}
+
+TEST(ModelErrors, ExpertsMustMatchTheFamilyAndFitTheirCount) {
+  EXPECT_THROW_WITH(
+      LlamaModel<float>{small_mixtral()}, ConfigError,
+      "LlamaModel: config.n_experts is 4, LlamaModel has a dense FFN (n_experts = 0)");
+  EXPECT_THROW_WITH(MixtralModel<float>{small_llama()}, ConfigError,
+                    "config.n_experts is 0, MixtralModel needs a mixture of experts");
+  TransformerConfig config = small_mixtral();
+  for (index_t k : {0, 5, -1}) {
+    config.experts_per_token = k;
+    EXPECT_THROW_WITH(MixtralModel<float>{config}, ConfigError,
+                      concat("experts_per_token ", k, " must be in [1, n_experts = 4]"));
+  }
+  config = small_mixtral();
+  config.n_experts = -2;
+  EXPECT_THROW_WITH(config.validate(), ConfigError, "n_experts must be >= 0");
 }
 
 TEST(ModelErrors, AConfigOfAnotherFamilyOrWithNanIsRefused) {

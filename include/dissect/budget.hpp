@@ -46,8 +46,20 @@ struct ModelSize {
   index_t n_heads = 0;     ///< H, query heads (they set the attention FLOPs)
   index_t n_kv_heads = 0;  ///< H_kv (they set the KV cache)
   index_t head_dim = 0;    ///< d_k
+  /// A mixture of experts: the parameters of all its experts (part of `parameters`), E and k.
+  /// A decode step reads only the experts its tokens were routed to. 0: a dense model.
+  index_t expert_parameters = 0;
+  index_t n_experts = 0;
+  index_t experts_per_token = 0;
 
-  /// @throws ConfigError naming the field if a size is <= 0 or H_kv does not divide H.
+  /// The parameters one decode step over `batch` sequences reads: the dense ones, and of the
+  /// experts the share E·(1 − (1 − k/E)^B) / E a batch is expected to touch when the router
+  /// spreads tokens uniformly (k/E for one sequence; → all of them as B grows). `parameters`
+  /// for a dense model.
+  double parameters_read(index_t batch) const;
+
+  /// @throws ConfigError naming the field if a size is <= 0 or H_kv does not divide H, or the
+  ///         experts are inconsistent (expert_parameters > parameters, k ∉ [1, E]).
   void validate() const;
 };
 
@@ -83,10 +95,12 @@ struct MemoryFit {
   double sequences = 0.0;              ///< free / KV per sequence, clamped at 0
 };
 
-/// Decode is memory-bound: every step reads all weights once, however many sequences share it.
+/// Decode is memory-bound: every step reads all weights once, however many sequences share it
+/// (a mixture of experts: the dense weights and the experts the batch was routed to,
+/// ModelSize::parameters_read).
 struct DecodeTime {
   index_t batch = 0;
-  double ms_per_step = 0.0;          ///< weights / bandwidth
+  double ms_per_step = 0.0;          ///< weights read / bandwidth
   double ms_per_token = 0.0;         ///< ms_per_step / batch
   double ms_per_step_with_kv = 0.0;  ///< also reading batch full-context KV caches: the worst step
 };
@@ -215,11 +229,36 @@ inline void ModelSize::validate() const {
   require_positive(op, "head_dim", head_dim);
   // Without D, H·d_k stands in for it: only the head arithmetic is checked here.
   check_heads(op, checked_mul(n_heads, head_dim, "ModelSize H*d_k"), n_heads, n_kv_heads, head_dim);
+  if (expert_parameters < 0 || expert_parameters > parameters) {
+    throw ConfigError(detail::concat(op, ": expert_parameters ", expert_parameters,
+                                     " must be in [0, parameters = ", parameters, "]"));
+  }
+  if (expert_parameters > 0 &&
+      (n_experts < 1 || experts_per_token < 1 || experts_per_token > n_experts)) {
+    throw ConfigError(detail::concat(op, ": experts_per_token ", experts_per_token,
+                                     " must be in [1, n_experts = ", n_experts, "]"));
+  }
+}
+
+inline double ModelSize::parameters_read(index_t batch) const {
+  if (expert_parameters == 0) return static_cast<double>(parameters);
+  const double share_skipped =
+      1.0 - static_cast<double>(experts_per_token) / static_cast<double>(n_experts);
+  const double share_read = 1.0 - std::pow(share_skipped, static_cast<double>(batch));
+  return static_cast<double>(parameters - expert_parameters) +
+         share_read * static_cast<double>(expert_parameters);
 }
 
 inline ModelSize model_size(const TransformerConfig& config) {
-  return {count_parameters(config).total, config.n_layers, config.n_heads, config.kv_heads(),
-          config.head_size()};
+  const ParameterCount count = count_parameters(config);
+  return {count.total,
+          config.n_layers,
+          config.n_heads,
+          config.kv_heads(),
+          config.head_size(),
+          count.experts,
+          config.is_moe() ? config.n_experts : 0,
+          config.is_moe() ? config.experts_per_token : 0};
 }
 
 inline void BudgetInputs::validate() const {
@@ -329,12 +368,15 @@ inline Budget compute_budget(const ModelSize& model, const ForwardShape& forward
     DecodeTime decode;
     const index_t fitting = budget.memory ? budget.memory->max_sequences : 0;
     decode.batch = inputs.batch.value_or(std::max<index_t>(fitting, 1));
-    decode.ms_per_step = milliseconds(static_cast<double>(budget.weights_bytes), *inputs.bandwidth);
+    // The bytes of the weights one step reads: all of them for a dense model.
+    const double weights_read = static_cast<double>(budget.weights_bytes) *
+                                model.parameters_read(decode.batch) /
+                                static_cast<double>(model.parameters);
+    decode.ms_per_step = milliseconds(weights_read, *inputs.bandwidth);
     decode.ms_per_token = decode.ms_per_step / static_cast<double>(decode.batch);
     const double kv_read =
         static_cast<double>(decode.batch) * static_cast<double>(budget.kv_bytes_per_sequence);
-    decode.ms_per_step_with_kv =
-        milliseconds(static_cast<double>(budget.weights_bytes) + kv_read, *inputs.bandwidth);
+    decode.ms_per_step_with_kv = milliseconds(weights_read + kv_read, *inputs.bandwidth);
     budget.decode = decode;
   }
   if (inputs.peak_flops) {

@@ -90,6 +90,15 @@ struct TransformerConfig {
   double rope_theta = 10000.0;
   /// The attention scores' factor (default: 1/√d_k in every layer). Changes no count.
   ScoreScaling score_scaling = {};
+  /// E: 0 is a dense FFN; E > 0 makes every layer's FFN a sparse mixture of E experts, each an
+  /// FFN of width F (its style: `ffn`), behind a router D → E without bias (Mixtral's
+  /// num_local_experts). All E are parameters; a token runs through experts_per_token of them.
+  index_t n_experts = 0;
+  /// k, the experts each token is routed to (Mixtral's num_experts_per_tok); used when E > 0.
+  index_t experts_per_token = 2;
+
+  /// Whether the FFN is a mixture of experts (n_experts > 0).
+  bool is_moe() const { return n_experts > 0; }
 
   /// H_kv: n_kv_heads if set, else n_heads.
   index_t kv_heads() const { return n_kv_heads.value_or(n_heads); }
@@ -107,7 +116,8 @@ struct TransformerConfig {
 
   /// Checks that the configuration can exist: every size > 0, D % H == 0 when d_k is derived,
   /// H_kv dividing H, every style enum in range, rope_theta (and norm_eps and
-  /// score_scaling.scale if set) finite and > 0.
+  /// score_scaling.scale if set) finite and > 0, n_experts ≥ 0 and, with experts,
+  /// 1 ≤ experts_per_token ≤ n_experts.
   /// @throws ConfigError naming the offending field (or enum type) and its value.
   void validate() const;
 };
@@ -232,6 +242,14 @@ inline void TransformerConfig::validate() const {
   if (norm_eps) require_positive_finite(op, "norm_eps", *norm_eps);
   require_positive_finite(op, "rope_theta", rope_theta);
   if (score_scaling.scale) require_positive_finite(op, "score_scaling.scale", *score_scaling.scale);
+  if (n_experts < 0) {
+    throw ConfigError(
+        detail::concat(op, ": n_experts must be >= 0 (0: a dense FFN; got ", n_experts, ")"));
+  }
+  if (is_moe() && (experts_per_token < 1 || experts_per_token > n_experts)) {
+    throw ConfigError(detail::concat(op, ": experts_per_token ", experts_per_token,
+                                     " must be in [1, n_experts = ", n_experts, "]"));
+  }
 }
 
 inline double TransformerConfig::score_scale(index_t layer) const {
@@ -307,10 +325,23 @@ inline TransformerConfig toy_d512_l6() {
   return config;
 }
 
+inline TransformerConfig mixtral_8x7b() {
+  // HF mistralai/Mixtral-8x7B-v0.1 config.json: hidden_size 4096, num_hidden_layers 32,
+  // num_attention_heads 32, num_key_value_heads 8, intermediate_size 14336, vocab_size 32000,
+  // max_position_embeddings 32768, rope_theta 1e6, num_local_experts 8, num_experts_per_tok 2.
+  TransformerConfig config = llama_style(4096, 32, 32, 14336, 32768);
+  config.n_kv_heads = 8;
+  config.rope_theta = 1e6;
+  config.norm_eps = 1e-5;
+  config.n_experts = 8;
+  config.experts_per_token = 2;
+  return config;
+}
+
 }  // namespace detail
 
 inline std::span<const Preset> presets() {
-  static const std::array<Preset, 5> all{{
+  static const std::array<Preset, 6> all{{
       // HF gpt2 config.json: n_embd 768, n_layer 12, n_head 12.
       {"gpt2-small", "GPT-2 small (HF gpt2), 124,439,808 parameters",
        detail::gpt2_style(768, 12, 12)},
@@ -323,6 +354,9 @@ inline std::span<const Preset> presets() {
        detail::llama_style(4096, 32, 32, 11008, 2048)},
       {"llama-2-70b", "Llama-2-70B, GQA with 8 KV heads, 68,976,648,192 parameters",
        detail::llama2_70b()},
+      {"mixtral-8x7b",
+       "Mixtral-8x7B, 8 experts top-2, 46,702,792,704 parameters, 12,879,925,248 active",
+       detail::mixtral_8x7b()},
       {"toy", "an exercise model: D = 512, L = 6, V = 32000, 35,265,024 parameters",
        detail::toy_d512_l6()},
   }};

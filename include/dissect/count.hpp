@@ -21,7 +21,8 @@ namespace dissect {
 /// Parameters of one transformer block.
 struct LayerParameters {
   index_t attention = 0;  ///< W_Q, W_K, W_V, W_O (+ biases)
-  index_t ffn = 0;        ///< the two (mlp) or three (gated) FFN matrices (+ biases)
+  index_t ffn = 0;        ///< the two (mlp) or three (gated) FFN matrices (+ biases); with
+                          ///< experts, E copies of them and the router [E, D]
   index_t norms = 0;      ///< the two norms before attention and FFN
   index_t total = 0;
 };
@@ -35,6 +36,13 @@ struct ParameterCount {
   index_t final_norm = 0;
   index_t output_head = 0;  ///< V · D, or 0 when tied to the token embedding
   index_t total = 0;
+  /// The parameters one token is multiplied by or looks up: total with each layer's E experts
+  /// counted as its k active ones (equal to total for a dense model). Mixtral-8x7B: 12.9 B of
+  /// 46.7 B.
+  index_t active = 0;
+  /// All layers' experts (E copies of the FFN matrices, × L): the weights a mixture keeps in
+  /// memory though a token reads only k/E of them; 0 for a dense model.
+  index_t experts = 0;
   /// The estimate 12·D²·L, for comparison; unset when it overflows int64 (a model with a narrow
   /// FFN or few KV heads can have an exact count that fits while 12·D²·L does not).
   std::optional<index_t> approx_12d2l;
@@ -94,6 +102,7 @@ inline ParameterCount count_parameters(const TransformerConfig& config) {
   constexpr std::string_view what = "count_parameters";
   const TransformerConfig& c = config;
   ParameterCount count;
+  index_t expert_layer = 0, inactive_layer = 0;  // one layer's experts, and those a token skips
   for (const WeightMatrix& matrix : matrices) {
     // Per-layer matrices are attention's and the FFN's; the rest exist once.
     index_t& slot = matrix.role == MatrixRole::attention     ? count.per_layer.attention
@@ -101,7 +110,13 @@ inline ParameterCount count_parameters(const TransformerConfig& config) {
                     : matrix.role == MatrixRole::output_head ? count.output_head
                     : matrix.name == "embed.positions"       ? count.position_embedding
                                                              : count.token_embedding;
-    slot = checked_add(slot, matrix.parameters(), what);
+    slot = checked_add(slot, matrix.all_parameters(), what);
+    if (matrix.expert) {
+      expert_layer = checked_add(expert_layer, matrix.all_parameters(), what);
+      inactive_layer =
+          checked_add(inactive_layer,
+                      checked_mul(matrix.parameters(), matrix.copies - matrix.active, what), what);
+    }
   }
   count.per_layer.norms =
       checked_mul(2, detail::norm_parameters(c.d_model, c.norm, "count_parameters norms"), what);
@@ -112,6 +127,9 @@ inline ParameterCount count_parameters(const TransformerConfig& config) {
   count.total = checked_sum({count.token_embedding, count.position_embedding, count.layers,
                              count.final_norm, count.output_head},
                             "count_parameters total");
+  count.experts = checked_mul(expert_layer, c.n_layers, what);
+  // inactive ≤ total by construction: a subtraction that cannot overflow.
+  count.active = count.total - checked_mul(inactive_layer, c.n_layers, what);
   count.approx_12d2l = try_approx_parameters(c.d_model, c.n_layers);
   if (count.approx_12d2l) {
     count.coverage = static_cast<double>(*count.approx_12d2l) / static_cast<double>(count.total);

@@ -53,7 +53,9 @@ inline ShapeChain forward_shape_chain(const TransformerConfig& config, index_t b
 
   DimensionTable dims{{"B", batch}, {"T", tokens}, {"D", c.d_model}, {"H", c.n_heads}};
   if (grouped_query) dims.add("H_kv", c.kv_heads());
-  dims.add("d_k", d_k).add("F", c.d_ff).add("L", c.n_layers).add("V", c.vocab);
+  dims.add("d_k", d_k).add("F", c.d_ff);
+  if (c.is_moe()) dims.add("E", c.n_experts).add("k", c.experts_per_token);
+  dims.add("L", c.n_layers).add("V", c.vocab);
 
   // Every count of the chain is a part of this one, so once it fits, none of the chain's own
   // sums can overflow.
@@ -65,7 +67,9 @@ inline ShapeChain forward_shape_chain(const TransformerConfig& config, index_t b
     StepCost cost{0, false, StepKind::linear};
     for (std::string_view name : names) {
       const WeightMatrix& matrix = find_matrix(matrices, name);
-      cost.flops += product_flops(matrix, rows);
+      // An expert's matrix multiplies each token k times (its k experts), not E times.
+      cost.flops =
+          checked_add(cost.flops, checked_mul(product_flops(matrix, rows), matrix.active, op), op);
       cost.per_layer = matrix.per_layer;
     }
     return cost;
@@ -89,8 +93,18 @@ inline ShapeChain forward_shape_chain(const TransformerConfig& config, index_t b
   chain.record(stage::softmax, "B H T T", "over the last axis", in_layer);
   chain.record(stage::weighted_sum, "B H T d_k", "P·V", attention);
   chain.record(stage::head_merge, "B T D", "transpose + reshape, ·W_O", linear({"attn.out"}));
-  chain.record(stage::ffn, "B T D", gated ? "SwiGLU D → F → D" : "D → F → D",
-               gated ? linear({"mlp.gate", "mlp.up", "mlp.down"}) : linear({"mlp.up", "mlp.down"}));
+  const StepCost ffn =
+      gated ? linear({"mlp.gate", "mlp.up", "mlp.down"}) : linear({"mlp.up", "mlp.down"});
+  if (c.is_moe()) {
+    chain.record(stage::routing, "B T E", "X·W_routerᵀ, each token's top-k of E experts",
+                 linear({"moe.router"}));
+    chain.record(stage::ffn, "B T D",
+                 gated ? "k SwiGLU experts D → F → D, gate-weighted sum"
+                       : "k experts D → F → D, gate-weighted sum",
+                 ffn);
+  } else {
+    chain.record(stage::ffn, "B T D", gated ? "SwiGLU D → F → D" : "D → F → D", ffn);
+  }
   chain.record(stage::logits, "B T V", c.tied_embeddings ? "X·Eᵀ (tied head)" : "X·W_vocab",
                linear({"lm_head"}));
   chain.record(stage::sampling, "B T", "softmax + sample");
@@ -98,7 +112,10 @@ inline ShapeChain forward_shape_chain(const TransformerConfig& config, index_t b
   chain.add_note(detail::concat("linear steps = 2 · ", format_count(shape.linear_weights),
                                 " weights · ", format_count(rows),
                                 " tokens, the weights being W_Q, W_K, W_V, W_O and"));
-  chain.add_note("  the FFN matrices × L, plus the V·D head (no biases, norms or embeddings)");
+  chain.add_note(
+      c.is_moe() ? "  the router and k of the E experts' FFN matrices × L, plus the V·D head (no "
+                   "biases, norms or embeddings)"
+                 : "  the FFN matrices × L, plus the V·D head (no biases, norms or embeddings)");
   chain.add_note(
       "attention products = 2 · 2·B·H·T²·d_k per layer (full T×T: the causal mask is not used)");
   return chain;

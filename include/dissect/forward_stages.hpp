@@ -17,6 +17,8 @@ inline constexpr std::string_view scores = "scores";
 inline constexpr std::string_view softmax = "softmax";
 inline constexpr std::string_view weighted_sum = "weighted sum";
 inline constexpr std::string_view head_merge = "head merge + W_O";
+/// A mixture of experts' router: logits [B, T, E], each token's top-k experts chosen from them.
+inline constexpr std::string_view routing = "routing";
 inline constexpr std::string_view ffn = "FFN";
 inline constexpr std::string_view logits = "logits";
 inline constexpr std::string_view sampling = "sampling";

@@ -35,11 +35,22 @@ struct WeightMatrix {
   bool multiplied = false;  ///< the forward pass multiplies every token by it (false: a lookup)
   bool tied = false;        ///< its values are another matrix's (the head tied to the token
                             ///< embedding): it costs FLOPs but has no parameters of its own
+  /// One of a mixture of experts' FFN matrices (not its router).
+  bool expert = false;
+  /// Copies in each layer: E for an expert's matrix of a mixture of experts (one per expert),
+  /// else 1. Every copy is a parameter; only `active` of them multiply a given token.
+  index_t copies = 1;
+  /// The copies each token is multiplied by: k for an expert's matrix (top-k routing), else 1.
+  index_t active = 1;
 
   /// out · in.
   index_t weights() const;
   /// The parameters of one copy: 0 when tied, else out · in, plus out for the bias.
   index_t parameters() const;
+  /// The parameters of all `copies` (of one layer, for a per-layer matrix).
+  index_t all_parameters() const;
+  /// The parameters a token is multiplied by: `active` copies' worth.
+  index_t active_parameters() const;
 };
 
 /// Every weight matrix of `config`, in forward order: token embedding, position embedding (learned
@@ -47,7 +58,9 @@ struct WeightMatrix {
 /// the FFN (mlp.up [F, D] and mlp.down [D, F]; a gated FFN adds mlp.gate [F, D] before up), and
 /// lm_head [V, D] — always listed, since the logits are always computed, and marked tied when it
 /// shares the token embedding. Biases follow config.bias; the head never has one (neither GPT-2's
-/// nor LLaMA's does). Norms are vectors, not matrices, and are not listed.
+/// nor LLaMA's does). Norms are vectors, not matrices, and are not listed. A mixture of experts
+/// (config.n_experts = E > 0) adds moe.router [E, D] (no bias) before the FFN, and its FFN
+/// matrices have E copies of which k = experts_per_token are active.
 /// @throws ConfigError if the config is invalid; OverflowError if a width overflows int64.
 std::vector<WeightMatrix> weight_matrices(const TransformerConfig& config);
 
@@ -64,7 +77,9 @@ struct ForwardShape {
 };
 
 /// The ForwardShape of `config`: W sums weights() × copies over every multiplied matrix, so it
-/// includes the output head even when tied, and excludes the embedding lookups.
+/// includes the output head even when tied, and excludes the embedding lookups. Of an expert's
+/// matrix only the k active copies count: the FLOPs of a mixture of experts are its active ones
+/// (the router's product included).
 /// @throws ConfigError if the config is invalid; OverflowError if W overflows int64.
 ForwardShape forward_shape(const TransformerConfig& config);
 
@@ -142,15 +157,35 @@ inline std::vector<WeightMatrix> weight_matrices(const TransformerConfig& config
   };
   layer("attn.qkv", qkv_width, D, R::attention);
   layer("attn.out", D, q_width, R::attention);
+  if (c.is_moe()) {
+    layer("moe.router", c.n_experts, D, R::ffn);
+    matrices.back().bias = false;  // Mixtral's gate is nn.Linear(D, E, bias=False)
+  }
+  const std::size_t first_expert = matrices.size();
   if (c.ffn == Ffn::gated) layer("mlp.gate", F, D, R::ffn);  // SwiGLU's gate: the up's shape
   layer("mlp.up", F, D, R::ffn);
   layer("mlp.down", D, F, R::ffn);
+  if (c.is_moe()) {
+    for (std::size_t i = first_expert; i < matrices.size(); ++i) {
+      matrices[i].expert = true;
+      matrices[i].copies = c.n_experts;
+      matrices[i].active = c.experts_per_token;
+    }
+  }
   matrices.push_back({.name = "lm_head",
                       .shape = {V, D},
                       .role = R::output_head,
                       .multiplied = true,
                       .tied = c.tied_embeddings});
   return matrices;
+}
+
+inline index_t WeightMatrix::all_parameters() const {
+  return checked_mul(parameters(), copies, "WeightMatrix::all_parameters");
+}
+
+inline index_t WeightMatrix::active_parameters() const {
+  return checked_mul(parameters(), active, "WeightMatrix::active_parameters");
 }
 
 inline const WeightMatrix& find_matrix(std::span<const WeightMatrix> matrices,
@@ -165,7 +200,9 @@ inline ForwardShape forward_shape(const TransformerConfig& config) {
   ForwardShape shape{0, config.n_layers, config.n_heads, config.head_size()};
   for (const WeightMatrix& matrix : weight_matrices(config)) {
     if (!matrix.multiplied) continue;
-    const index_t copies = matrix.per_layer ? config.n_layers : 1;
+    // A token is multiplied by the active copies only: k experts of E.
+    const index_t copies =
+        checked_mul(matrix.per_layer ? config.n_layers : 1, matrix.active, "forward_shape");
     shape.linear_weights =
         checked_add(shape.linear_weights, checked_mul(matrix.weights(), copies, "forward_shape"),
                     "forward_shape");

@@ -822,6 +822,10 @@ MODEL_CONFIGS = {
                  context=24, B=2, T=16, norm_eps=1e-5, tied=1, bias=1),
     "llama": dict(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=88, vocab=97,
                   context=32, B=2, T=16, norm_eps=1e-6, rope_theta=10000, tied=0, bias=0),
+    # Mixtral: LLaMA's layer with 4 SwiGLU experts of width 48, each token sent to 2.
+    "mixtral": dict(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48,
+                    vocab=97, context=32, B=2, T=16, norm_eps=1e-5, rope_theta=1000000, tied=0,
+                    bias=0, n_experts=4, experts_per_token=2),
 }
 WEIGHT_STD = 0.02  # Linear weights, embeddings, biases (LayerNorm's too)
 GAIN_STD = 0.1     # norm weights are 1 + N(0, GAIN_STD): far enough from 1 for a test to see them
@@ -857,6 +861,26 @@ def llama_parameter_shapes(c):
             ("mlp.gate.weight", (F, D), False), ("mlp.up.weight", (F, D), False),
             ("mlp.down.weight", (D, F), False)]]
     return specs + [("norm.weight", (D,), True), ("lm_head.weight", (c["vocab"], D), False)]
+
+
+def mixtral_parameter_shapes(c):
+    """As llama_parameter_shapes, with each layer's mlp replaced by block_sparse_moe: the router
+    [E, D] and E experts' gate, up [F, D] and down [D, F] (HF's w1, w3, w2)."""
+    D, F, E = c["d_model"], c["d_ff"], c["n_experts"]
+    specs = []
+    for name, shape, gain in llama_parameter_shapes(c):
+        if ".mlp." in name:
+            if name.endswith("mlp.gate.weight"):
+                layer = name[:name.index(".mlp.")]
+                specs.append((f"{layer}.block_sparse_moe.router.weight", (E, D), False))
+                for e in range(E):
+                    prefix = f"{layer}.block_sparse_moe.experts.{e}."
+                    specs += [(prefix + "gate.weight", (F, D), False),
+                              (prefix + "up.weight", (F, D), False),
+                              (prefix + "down.weight", (D, F), False)]
+            continue
+        specs.append((name, shape, gain))
+    return specs
 
 
 def dyadic(t):
@@ -928,8 +952,55 @@ def llama_logits(p, c, ids):
     return nnf.linear(rms_norm(x, p["norm.weight"], eps), p["lm_head.weight"])
 
 
+def mixtral_sparse_moe(w, c, m):
+    """HF's MixtralSparseMoeBlock written out: router logits, softmax over the E experts, the k
+    largest probabilities renormalised to sum to 1, and the gate-weighted sum of those k SwiGLU
+    experts. Every expert runs on every token here; a token it was not chosen for has gate 0, so
+    neither its output nor its gradient reaches the result."""
+    E, k = c["n_experts"], c["experts_per_token"]
+    logits = nnf.linear(m, w["block_sparse_moe.router.weight"])
+    probs = torch.softmax(logits, dim=-1)
+    top, chosen = torch.topk(probs, k, dim=-1)
+    top = top / top.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(m)
+    for e in range(E):
+        x = f"block_sparse_moe.experts.{e}."
+        gate = (top * (chosen == e)).sum(dim=-1, keepdim=True)
+        h = nnf.silu(nnf.linear(m, w[x + "gate.weight"])) * nnf.linear(m, w[x + "up.weight"])
+        out = out + gate * nnf.linear(h, w[x + "down.weight"])
+    return out, logits
+
+
+def mixtral_logits(p, c, ids):
+    """Mixtral: LLaMA's attention and norms, a sparse mixture of SwiGLU experts as the FFN."""
+    T, eps = ids.shape[1], c["norm_eps"]
+    x = nnf.embedding(ids, p["embed_tokens.weight"])
+    cos, sin = hf_rotary_cos_sin(c["head_dim"], torch.arange(T), float(c["rope_theta"]), x.dtype)
+    for i in range(c["n_layers"]):
+        w = {name[len(f"layers.{i}."):]: t for name, t in p.items()
+             if name.startswith(f"layers.{i}.")}
+        a = rms_norm(x, w["input_layernorm.weight"], eps)
+        q, k, v = split_heads(nnf.linear(a, w["self_attn.qkv.weight"]), c)
+        q, k = apply_rotary_pos_emb(q, cos, sin), apply_rotary_pos_emb(k, cos, sin)
+        x = x + nnf.linear(causal_attention(q, k, v), w["self_attn.proj.weight"])
+        m = rms_norm(x, w["post_attention_layernorm.weight"], eps)
+        moe, router_logits = mixtral_sparse_moe(w, c, m)
+        # No token may sit near a tie between its k-th and (k+1)-th expert: float32 and float64
+        # (and dissect and torch) must route every token alike.
+        ranked = router_logits.detach().double().sort(dim=-1, descending=True).values
+        kth = c["experts_per_token"] - 1
+        gap = (ranked[..., kth] - ranked[..., kth + 1]).min().item()
+        assert gap > 1e-4, f"layer {i}: a routing near-tie ({gap!r})"
+        x = x + moe
+    return nnf.linear(rms_norm(x, p["norm.weight"], eps), p["lm_head.weight"])
+
+
 MODELS = {"gpt2": (gpt2_parameter_shapes, gpt2_logits),
-          "llama": (llama_parameter_shapes, llama_logits)}
+          "llama": (llama_parameter_shapes, llama_logits),
+          "mixtral": (mixtral_parameter_shapes, mixtral_logits)}
+# The router's weights are drawn larger than the rest so the gates differ clearly between
+# experts (with 0.02 every token's router logits would be within ~0.1 of each other).
+ROUTER_STD = 0.5
 
 # GPT-2's two attention-score switches (config.json scale_attn_weights, default true, and
 # scale_attn_by_inverse_layer_idx, default false), on a smaller GPT-2 of 3 layers, so layer 2's
@@ -973,7 +1044,8 @@ def model_weights_and_tokens(arch):
     torch.manual_seed(seed_for("model_" + arch))
     weights = {}
     for name, shape, gain in MODELS[arch][0](c):
-        w = torch.randn(*shape, dtype=torch.float64) * (GAIN_STD if gain else WEIGHT_STD)
+        std = GAIN_STD if gain else ROUTER_STD if name.endswith("router.weight") else WEIGHT_STD
+        w = torch.randn(*shape, dtype=torch.float64) * std
         weights[name] = dyadic(w + 1 if gain else w)
     torch.manual_seed(seed_for("model_" + arch + "_tokens"))
     seq = torch.randint(0, c["vocab"], (c["B"], c["T"] + 1))
@@ -1111,8 +1183,40 @@ def hf_llama_tensors(w, c):
     return out
 
 
+def hf_mixtral_tensors(w, c):
+    """dissect's Mixtral names → MixtralForCausalLM's: LLaMA's for the embedding, attention,
+    norms and head; the router as block_sparse_moe.gate and expert e's gate, up, down as
+    block_sparse_moe.experts.e.w1, w3, w2."""
+    dense = {n: t for n, t in w.items() if ".block_sparse_moe." not in n}
+    for i in range(c["n_layers"]):  # hf_llama_tensors reads an FFN; Mixtral's goes unused
+        for part in ("gate", "up", "down"):
+            dense[f"layers.{i}.mlp.{part}.weight"] = None
+    out = {n: t for n, t in hf_llama_tensors(dense, c).items() if ".mlp." not in n}
+    hf_part = {"gate": "w1", "up": "w3", "down": "w2"}
+    for name, t in w.items():
+        if ".block_sparse_moe." not in name:
+            continue
+        layer, rest = name.split(".block_sparse_moe.")
+        if rest == "router.weight":
+            out[f"model.{layer}.block_sparse_moe.gate.weight"] = t
+        else:
+            _, e, part, _ = rest.split(".")  # experts.<e>.<part>.weight
+            out[f"model.{layer}.block_sparse_moe.experts.{e}.{hf_part[part]}.weight"] = t
+    return out
+
+
 def hf_config(arch, c):
     """config.json with the keys transformers writes for each model type."""
+    if arch == "mixtral":
+        return {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"],
+                "hidden_size": c["d_model"], "intermediate_size": c["d_ff"],
+                "num_attention_heads": c["n_heads"], "num_key_value_heads": c["n_kv_heads"],
+                "num_hidden_layers": c["n_layers"], "vocab_size": c["vocab"],
+                "max_position_embeddings": c["context"], "rms_norm_eps": c["norm_eps"],
+                "rope_theta": float(c["rope_theta"]), "tie_word_embeddings": False,
+                "hidden_act": "silu", "num_local_experts": c["n_experts"],
+                "num_experts_per_tok": c["experts_per_token"], "router_aux_loss_coef": 0.02,
+                "output_router_logits": False, "sliding_window": None}
     if arch == "gpt2":
         return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": c["d_model"],
                 "n_layer": c["n_layers"], "n_head": c["n_heads"], "n_inner": None,
@@ -1155,6 +1259,11 @@ def generate_hf(root: Path):
             written[other / "config.json"] = write_bytes(other / "config.json", config.encode())
             written[other / "model.safetensors"] = write_bytes(
                 other / "model.safetensors", safetensors_bytes(prefixed, metadata))
+            continue
+        if arch == "mixtral":
+            # One file, as a small save_pretrained writes it.
+            data = safetensors_bytes(hf_mixtral_tensors(weights, c), metadata)
+            written[folder / "model.safetensors"] = write_bytes(folder / "model.safetensors", data)
             continue
         # Two shards, split between the layers, as save_pretrained(max_shard_size=…) splits.
         tensors = hf_llama_tensors(weights, c)

@@ -35,6 +35,14 @@ inline TransformerConfig small_llama(index_t vocab = 23) {
           .ffn = Ffn::gated};
 }
 
+/// small_llama with a mixture of 4 SwiGLU experts, 2 per token, in every layer (Mixtral).
+inline TransformerConfig small_mixtral(index_t vocab = 23) {
+  auto config = small_llama(vocab);
+  config.n_experts = 4;
+  config.experts_per_token = 2;
+  return config;
+}
+
 /// small_llama at D = 32, F = 64 (V = 37): every in_features a multiple of q4_0's 32.
 inline TransformerConfig quantisable_llama() {
   auto config = small_llama(37);

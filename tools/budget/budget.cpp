@@ -42,7 +42,7 @@ constexpr int exit_bad_input = 2;
 struct Options {
   std::optional<std::string> preset;
   std::optional<index_t> params, d_model, layers, heads, kv_heads, head_dim, ffn, vocab, context,
-      batch;
+      batch, experts, experts_per_token;
   std::optional<bool> tied, bias;
   std::optional<dissect::Norm> norm;
   std::optional<dissect::Positions> positions;
@@ -72,6 +72,11 @@ Prefill FLOPs are the forward pass's: every matrix product by weights over the T
 output head included (2·W·T), plus attention's Q·Kᵀ and P·V over the full T×T square in every
 layer (2·2·H·T²·d_k·L). Embedding lookups, norms and elementwise work are not counted. With
 --params the matrix weights W are unknown and the parameter count stands in for them.
+
+A mixture of experts (--experts E [--experts-per-token k], or --preset mixtral-8x7b) keeps all
+its experts in memory, while its FLOPs are those of the router and the k experts each token
+uses, and a decode step over B sequences reads the dense weights and the E·(1 − (1 − k/E)^B)
+experts a uniform router is expected to touch (k of E for one sequence).
 
 Sizes print as exact bytes, GB (10^9) and GiB (2^30).
 
@@ -131,6 +136,11 @@ void add_flags(CLI::App& app, Options& o) {
        [&] { o.ffn_kind = dissect::Ffn::mlp; });
   flag("--gated", "Model", "SwiGLU FFN with three matrices",
        [&] { o.ffn_kind = dissect::Ffn::gated; });
+  count("--experts", "E",
+        "a mixture of E experts in every layer, each an FFN of width F, behind a router",
+        o.experts);
+  count("--experts-per-token", "k", "experts each token is routed to (default 2)",
+        o.experts_per_token);
 
   valued("--dtype", "DTYPE", "Precision",
          "weight dtype: fp32, fp16, bf16, fp8, int8, int4 "
@@ -191,6 +201,8 @@ dissect::TransformerConfig config_from(const Options& o) {
   if (o.norm) c.norm = *o.norm;
   if (o.positions) c.positions = *o.positions;
   if (o.ffn_kind) c.ffn = *o.ffn_kind;
+  if (o.experts) c.n_experts = *o.experts;
+  if (o.experts_per_token) c.experts_per_token = *o.experts_per_token;
   return c;
 }
 
@@ -199,7 +211,8 @@ Model build_model(const Options& o) {
   Model model;
   model.label = o.preset ? *o.preset : "custom";
   const bool overridden = o.d_model || o.layers || o.heads || o.kv_heads || o.head_dim || o.ffn ||
-                          o.vocab || o.tied || o.bias || o.norm || o.positions || o.ffn_kind;
+                          o.vocab || o.tied || o.bias || o.norm || o.positions || o.ffn_kind ||
+                          o.experts || o.experts_per_token;
   if (o.preset && overridden) model.label += " with overrides";
   if (o.params) {
     // A raw count: only the KV shape is needed, the rest of the config may stay unset.
@@ -345,6 +358,8 @@ std::string render_json(const Report& r) {
     params["layers"] = c->layers;
     params["final_norm"] = c->final_norm;
     params["output_head"] = c->output_head;
+    params["active"] = c->active;
+    params["experts"] = c->experts;
   }
   params["linear_weights"] = b.linear_weights;
   params["linear_weights_exact"] = b.linear_weights_exact;
@@ -460,6 +475,13 @@ std::string render_table(const Report& r) {
     t.row("  final norm, output head", dissect::format_count(c->final_norm) + ", " +
                                            dissect::format_count(c->output_head) +
                                            (c->output_head == 0 ? " (tied)" : ""));
+    if (c->experts > 0) {
+      t.row("  experts (all layers)", dissect::format_count(c->experts));
+      t.row("  active per token",
+            dissect::format_count(c->active) + "  (" +
+                fixed(100.0 * static_cast<double>(c->active) / static_cast<double>(c->total), 1) +
+                "% of the parameters)");
+    }
   }
   t.row("L, H, H_kv, d_k", std::to_string(s.n_layers) + ", " + std::to_string(s.n_heads) + ", " +
                                std::to_string(s.n_kv_heads) + ", " + std::to_string(s.head_dim));
@@ -493,7 +515,10 @@ std::string render_table(const Report& r) {
   }
 
   t.line("");
-  t.line("decode (memory-bound: every step reads all weights)");
+  t.line(b.model.expert_parameters > 0
+             ? "decode (memory-bound: every step reads the dense weights and the experts its "
+               "batch was routed to)"
+             : "decode (memory-bound: every step reads all weights)");
   if (const auto& d = b.decode) {
     t.row("bandwidth", fixed(*b.inputs.bandwidth / 1e12, 3) + " TB/s");
     t.row("per step", fixed(d->ms_per_step, 2) + " ms");

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -290,10 +291,12 @@ int inspect(const InspectOptions& o) {
       source.model ? source.model->config.n_layers : static_cast<index_t>(layers.size());
   std::optional<index_t> approx;
   if (d_model > 0 && n_layers > 0) approx = dissect::try_approx_parameters(d_model, n_layers);
+  std::optional<dissect::ParameterCount> count;
   std::optional<index_t> exact;
   std::optional<dissect::Budget> budget;
   if (source.model) {
-    exact = dissect::count_parameters(source.model->config).total;
+    count = dissect::count_parameters(source.model->config);
+    exact = count->total;
     dissect::BudgetInputs inputs;
     inputs.weight_dtype = inputs.kv_dtype = dtype_of(main_dtype_of(totals));
     inputs.context = o.context.value_or(source.model->config.context);
@@ -331,13 +334,16 @@ int inspect(const InspectOptions& o) {
       }
       tensors.push_back(t);
     }
-    out["totals"] = {{"parameters", totals.parameters},
-                     {"bytes", totals.bytes},
-                     {"layers", layers.size()},
-                     {"linear_layers", totals.linear_count},
-                     {"linear_weights", totals.linear_weights},
-                     {"approx_12_d2_l", approx ? nlohmann::ordered_json(*approx) : nullptr},
-                     {"exact_from_config", exact ? nlohmann::ordered_json(*exact) : nullptr}};
+    out["totals"] = {
+        {"parameters", totals.parameters},
+        {"bytes", totals.bytes},
+        {"layers", layers.size()},
+        {"linear_layers", totals.linear_count},
+        {"linear_weights", totals.linear_weights},
+        {"approx_12_d2_l", approx ? nlohmann::ordered_json(*approx) : nullptr},
+        {"exact_from_config", exact ? nlohmann::ordered_json(*exact) : nullptr},
+        {"active_from_config", count ? nlohmann::ordered_json(count->active) : nullptr},
+        {"experts_from_config", count ? nlohmann::ordered_json(count->experts) : nullptr}};
     if (budget && budget->memory) {
       out["budget"] = {{"memory_bytes", budget->memory->memory_bytes},
                        {"weight_dtype", dissect::dtype_name(budget->inputs.weight_dtype)},
@@ -364,6 +370,9 @@ int inspect(const InspectOptions& o) {
            << ", L = " << c.n_layers << ", H = " << c.n_heads << ", H_kv = " << c.kv_heads()
            << ", d_k = " << c.head_size() << ", F = " << c.d_ff << ", V = " << c.vocab
            << ", context = " << c.context
+           << (c.is_moe() ? dissect::concat(", E = ", c.n_experts,
+                                            " experts, k = ", c.experts_per_token, " per token")
+                          : std::string())
            << (c.tied_embeddings ? ", head tied to the embedding" : "") << "\n";
   } else {
     report << "model       none recorded: the tensors alone (no config count, no budget)\n";
@@ -388,6 +397,20 @@ int inspect(const InspectOptions& o) {
            << (*exact == totals.parameters ? " (equal)" : " (DIFFERENT)");
   }
   report << "\n";
+  if (count && count->experts > 0) {
+    const double bytes_per_parameter =
+        totals.parameters > 0
+            ? static_cast<double>(totals.bytes) / static_cast<double>(totals.parameters)
+            : 4.0;
+    report << "experts     " << dissect::format_count(count->experts) << " parameters ("
+           << dissect::format_count(
+                  static_cast<index_t>(static_cast<double>(count->experts) * bytes_per_parameter))
+           << " B) in " << source.model->config.n_experts << " × " << source.model->config.n_layers
+           << " experts; active per token " << dissect::format_count(count->active) << " of "
+           << dissect::format_count(count->total) << " (" << std::fixed << std::setprecision(1)
+           << 100.0 * static_cast<double>(count->active) / static_cast<double>(count->total)
+           << std::defaultfloat << " %)\n";
+  }
   if (approx) {
     report << "12·D²·L     " << dissect::format_count(*approx) << " (D = " << d_model
            << ", L = " << n_layers

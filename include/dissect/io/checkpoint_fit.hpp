@@ -62,8 +62,12 @@ inline std::string module_path_of(const DecoderStyle& style, std::string_view ma
   const std::string in_layer = concat(style.layers, ".", layer, ".");
   if (matrix == "attn.qkv") return concat(in_layer, style.attention, ".qkv");
   if (matrix == "attn.out") return concat(in_layer, style.attention, ".proj");
+  if (matrix == "moe.router" && style.moe) return concat(in_layer, style.mlp, ".router");
+  // A mixture's FFN matrices are its experts'; expert 0's stands for them all.
+  const std::string ffn =
+      style.moe ? concat(in_layer, style.mlp, ".experts.0") : concat(in_layer, style.mlp);
   for (std::string_view part : {"gate", "up", "down"}) {
-    if (matrix == concat("mlp.", part)) return concat(in_layer, style.mlp, ".", part);
+    if (matrix == concat("mlp.", part)) return concat(ffn, ".", part);
   }
   throw Error(concat("module_path_of: \"", matrix, "\" is not a matrix model_shape.hpp lists"));
 }
@@ -78,7 +82,8 @@ inline std::vector<SizeKeys::Size> sizes_of_matrix(std::string_view matrix) {
   if (matrix == "embed.positions") return {S::context, S::d_model};
   if (matrix == "attn.qkv") return {S::n_heads, S::n_kv_heads, S::head_dim, S::d_model};
   if (matrix == "attn.out") return {S::d_model, S::n_heads, S::head_dim};
-  return {S::d_ff, S::d_model};  // mlp.gate, mlp.up, mlp.down
+  if (matrix == "moe.router") return {S::d_model};  // its rows, E, are no size key
+  return {S::d_ff, S::d_model};                     // mlp.gate, mlp.up, mlp.down
 }
 
 /// "n_positions = 10000000, n_embd = 32": the keys the file has among `sizes`, with their values.
@@ -126,7 +131,7 @@ template <class Tensors>
 void check_checkpoint_fits(std::string_view op, const HfConfig& model, const Tensors& tensors,
                            std::string_view config_source, const detail::SizeKeys& keys) {
   using detail::concat;
-  const DecoderStyle& style = model.family == ModelFamily::gpt2 ? gpt2_style : llama_style;
+  const DecoderStyle& style = style_of(model.family);
   const TransformerConfig& config = model.config;
   const std::string file = tensors.path().string();
   const std::string where = concat(op, ": ", config_source, ": ");

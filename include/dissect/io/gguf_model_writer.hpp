@@ -67,7 +67,8 @@ inline std::vector<std::pair<std::string, GgufValue>> gguf_model_metadata(const 
 }
 
 /// Writes `model` (a GPT2Model or LlamaModel) as a GGUF file at `path`.
-/// @throws ConfigError naming the tensor when options.type's blocks do not divide its rows, or
+/// @throws ConfigError for a mixture of experts (MixtralModel: not written yet); naming the tensor
+/// when options.type's blocks do not divide its rows, or
 ///         a type dissect cannot encode; Error as save_gguf.
 template <class Model>
 void save_gguf_model(const std::filesystem::path& path, const Model& model,
@@ -75,6 +76,14 @@ void save_gguf_model(const std::filesystem::path& path, const Model& model,
   const HfConfig config{family_from_name(Model::style.family, "save_gguf_model"), model.config()};
   const TransformerConfig& c = config.config;
   const std::string where = concat("save_gguf_model: ", path.string());
+  if (c.is_moe()) {
+    // llama.cpp stacks a layer's experts into 3-D ffn_{gate,up,down}_exps tensors with
+    // ffn_gate_inp as the router; dissect's GGUF reader and writer know only 2-D dense layers.
+    throw ConfigError(concat(where, ": a mixture of experts (", family_name(config.family), ", ",
+                             c.n_experts,
+                             " experts) cannot be written as GGUF yet; convert it to a Hugging "
+                             "Face checkpoint or save_model instead"));
+  }
   if (!ggml_type_info(options.type).decoded_by_dissect) {
     throw ConfigError(concat(where, ": dissect does not encode ", ggml_type_name(options.type)));
   }

@@ -1,11 +1,14 @@
 // dissect/io/hf_config.hpp — a Hugging Face config.json as a TransformerConfig.
 //
-// Two model types are read: "gpt2" (n_embd, n_layer, n_head, n_inner, vocab_size, n_positions,
+// Three model types are read: "gpt2" (n_embd, n_layer, n_head, n_inner, vocab_size, n_positions,
 // layer_norm_epsilon, activation_function, tie_word_embeddings, scale_attn_weights,
 // scale_attn_by_inverse_layer_idx) and "llama" (hidden_size, intermediate_size,
 // num_attention_heads, num_key_value_heads, num_hidden_layers, vocab_size,
 // max_position_embeddings, rms_norm_eps, rope_theta, tie_word_embeddings, attention_bias,
-// hidden_act). A setting dissect's models do not implement (another activation, RoPE scaling,
+// hidden_act) and "mixtral" (llama's keys plus num_local_experts, num_experts_per_tok; a
+// sliding_window shorter than max_position_embeddings is refused; router_aux_loss_coef,
+// output_router_logits and router_jitter_noise concern training in transformers and are not
+// read). A setting dissect's models do not implement (another activation, RoPE scaling,
 // biases on attention but not the MLP) is a ConfigError naming the key, never a silently
 // different model.
 //
@@ -31,28 +34,52 @@
 
 #include "dissect/config.hpp"
 #include "dissect/error.hpp"
+#include "dissect/models/styles.hpp"
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/io/detail/json.hpp"
 
 namespace dissect {
 
 /// The model families dissect can build from a checkpoint.
-enum class ModelFamily { gpt2, llama };
+enum class ModelFamily { gpt2, llama, mixtral };
 
-/// "gpt2" / "llama", as config.json's model_type spells them.
+/// The decoder style (models/styles.hpp) of `family`: its parts and its state_dict names.
+/// @throws ConfigError for a value outside the enum.
+inline const DecoderStyle& style_of(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::gpt2:
+      return gpt2_style;
+    case ModelFamily::llama:
+      return llama_style;
+    case ModelFamily::mixtral:
+      return mixtral_style;
+  }
+  throw ConfigError(dissect::detail::concat("style_of: ModelFamily(", static_cast<int>(family),
+                                            ") is out of range (known: gpt2, llama, mixtral)"));
+}
+
+/// "gpt2" / "llama" / "mixtral", as config.json's model_type spells them.
 inline std::string_view family_name(ModelFamily family) {
-  return family == ModelFamily::gpt2 ? "gpt2" : "llama";
+  return style_of(family).family;
+}
+
+/// Whether `family` names its attention and FFN as LLaMA does (q_proj … o_proj, rotary rows):
+/// llama and mixtral.
+inline bool has_llama_layout(ModelFamily family) {
+  return style_of(family).positions == Positions::rotary;
 }
 
 /// The family config.json's model_type names. @throws ConfigError naming `source` otherwise.
 inline ModelFamily family_from_name(std::string_view name, std::string_view source) {
-  if (name == "gpt2") return ModelFamily::gpt2;
-  if (name == "llama") return ModelFamily::llama;
-  throw ConfigError(dissect::detail::concat(source, ": model_type \"", name,
-                                            "\" is not one dissect builds (known: gpt2, llama)"));
+  for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama, ModelFamily::mixtral}) {
+    if (name == family_name(family)) return family;
+  }
+  throw ConfigError(
+      dissect::detail::concat(source, ": model_type \"", name,
+                              "\" is not one dissect builds (known: gpt2, llama, mixtral)"));
 }
 
-/// Checks that a file of `family` can fill a Model (GPT2Model, LlamaModel).
+/// Checks that a file of `family` can fill a Model (GPT2Model, LlamaModel, MixtralModel).
 /// @throws ConfigError naming `source`, the family and the model otherwise.
 template <class Model>
 void require_family(ModelFamily family, std::string_view source) {
@@ -170,7 +197,7 @@ inline constexpr SizeKeys dissect_size_keys{
 
 /// The keys a config.json of `family` gives its sizes under.
 inline const SizeKeys& hf_size_keys(ModelFamily family) {
-  return family == ModelFamily::gpt2 ? gpt2_size_keys : llama_size_keys;
+  return family == ModelFamily::gpt2 ? gpt2_size_keys : llama_size_keys;  // mixtral: llama's
 }
 
 /// The sizes of a config, read under the file's own key names; the style is left as given.
@@ -233,6 +260,22 @@ inline TransformerConfig llama_from(const ConfigReader& r) {
   return c;
 }
 
+inline TransformerConfig mixtral_from(const ConfigReader& r) {
+  TransformerConfig c = llama_from(r);
+  c.norm_eps = r.number("rms_norm_eps", 1e-5);  // MixtralConfig's default
+  c.rope_theta = r.number("rope_theta", 1e6);
+  c.n_experts = r.count("num_local_experts");
+  c.experts_per_token = r.count("num_experts_per_tok");
+  if (c.n_experts < 1) r.fail("num_local_experts", "must be >= 1", r.value("num_local_experts"));
+  // Mistral's sliding window: attention to the last W positions only. Without it implemented,
+  // a window shorter than the context would be another model past W tokens.
+  if (r.has("sliding_window") && r.count("sliding_window") < c.context) {
+    r.fail("sliding_window", "shorter than max_position_embeddings is not supported",
+           r.value("sliding_window"));
+  }
+  return c;
+}
+
 }  // namespace detail
 
 inline HfConfig parse_hf_config(const nlohmann::json& json, std::string_view source) {
@@ -241,8 +284,9 @@ inline HfConfig parse_hf_config(const nlohmann::json& json, std::string_view sou
   }
   const detail::ConfigReader reader(json, source);
   HfConfig result{family_from_name(reader.text("model_type", ""), source), {}};
-  result.config =
-      result.family == ModelFamily::gpt2 ? detail::gpt2_from(reader) : detail::llama_from(reader);
+  result.config = result.family == ModelFamily::gpt2    ? detail::gpt2_from(reader)
+                  : result.family == ModelFamily::llama ? detail::llama_from(reader)
+                                                        : detail::mixtral_from(reader);
   try {
     result.config.validate();
   } catch (const ConfigError& error) {

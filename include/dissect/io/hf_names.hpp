@@ -8,6 +8,8 @@
 // - LLaMA: a "model." prefix; q_proj, k_proj, v_proj stacked by rows into one qkv (queries, then
 //   keys, then values: the order QKVProjection splits them in); o_proj → proj, gate_proj,
 //   up_proj, down_proj → gate, up, down; the rotary_emb.inv_freq buffers stand for no parameter.
+// - Mixtral: LLaMA's attention names; block_sparse_moe.gate (the router) → block_sparse_moe.router,
+//   and each expert's w1, w3, w2 → gate, up, down (experts.M.w1 is expert M's gate projection).
 // Everything else (wte, h.N.ln_1, embed_tokens, layers.N.input_layernorm, …) is already
 // dissect's name: models/styles.hpp names dissect's modules after Hugging Face's.
 #pragma once
@@ -91,6 +93,31 @@ inline constexpr std::array<NamePair, 7> llama_renames{{{".self_attn.q_proj.", "
                                                         {".mlp.up_proj.", ".mlp.up."},
                                                         {".mlp.down_proj.", ".mlp.down."}}};
 
+/// Mixtral's renames: LLaMA's attention ones (the first three stack into qkv), then the router
+/// and the experts' three projections.
+inline constexpr std::array<NamePair, 8> mixtral_renames{
+    {{".self_attn.q_proj.", ".self_attn.qkv."},
+     {".self_attn.k_proj.", ".self_attn.qkv."},
+     {".self_attn.v_proj.", ".self_attn.qkv."},
+     {".self_attn.o_proj.", ".self_attn.proj."},
+     {".block_sparse_moe.gate.", ".block_sparse_moe.router."},
+     {".w1.", ".gate."},
+     {".w3.", ".up."},
+     {".w2.", ".down."}}};
+
+/// The renames of `family`, in the order they are tried (the first that matches applies).
+inline std::span<const NamePair> hf_renames(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::gpt2:
+      return gpt2_renames;
+    case ModelFamily::llama:
+      return llama_renames;
+    case ModelFamily::mixtral:
+      break;
+  }
+  return mixtral_renames;
+}
+
 inline constexpr std::array<std::string_view, 2> gpt2_buffers{".attn.bias", ".attn.masked_bias"};
 inline constexpr std::array<std::string_view, 1> llama_buffers{"rotary_emb.inv_freq"};
 
@@ -125,7 +152,7 @@ inline bool is_hf_buffer(ModelFamily family, std::string_view name) {
     return false;
   };
   return family == ModelFamily::gpt2 ? ends_with_any(detail::gpt2_buffers)
-                                     : ends_with_any(detail::llama_buffers);
+                                     : ends_with_any(detail::llama_buffers);  // and mixtral
 }
 
 inline bool is_hf_buffer(std::string_view name) {
@@ -142,14 +169,12 @@ inline bool is_conv1d_weight(std::string_view name) {
 
 inline std::optional<HfTensorName> hf_to_dissect_name(ModelFamily family, std::string_view name,
                                                       bool tied_head) {
-  const std::string_view head = family == ModelFamily::gpt2 ? gpt2_style.head : llama_style.head;
+  const std::string_view head = style_of(family).head;
   name = strip_hf_prefix(family, name);
   if (is_hf_buffer(family, name)) return std::nullopt;
   if (tied_head && name == std::string(head) + ".weight") return std::nullopt;
   HfTensorName result{std::string(name), false, -1};
-  const auto& renames = family == ModelFamily::gpt2
-                            ? std::span<const detail::NamePair>(detail::gpt2_renames)
-                            : std::span<const detail::NamePair>(detail::llama_renames);
+  const auto renames = detail::hf_renames(family);
   for (std::size_t i = 0; i < renames.size(); ++i) {
     const auto& [theirs, ours] = renames[i];
     if (const auto at = result.name.find(theirs); at != std::string::npos) {

@@ -64,6 +64,13 @@ inline nlohmann::json hf_config_json(const HfConfig& model) {
     json["attention_bias"] = c.bias;
     json["mlp_bias"] = c.bias;
     json["hidden_act"] = "silu";
+    if (model.family == ModelFamily::mixtral) {
+      json.erase("mlp_bias");  // MixtralConfig has no biases to set
+      json.erase("attention_bias");
+      json["num_local_experts"] = c.n_experts;
+      json["num_experts_per_tok"] = c.experts_per_token;
+      json["sliding_window"] = nullptr;
+    }
   }
   return json;
 }
@@ -84,12 +91,10 @@ void save_hf_checkpoint(const std::filesystem::path& dir, const Model& model,
   }
 
   using Scalar = typename Model::scalar_type;
-  const auto& renames = family == ModelFamily::gpt2
-                            ? std::span<const detail::NamePair>(detail::gpt2_renames)
-                            : std::span<const detail::NamePair>(detail::llama_renames);
+  const auto renames = detail::hf_renames(family);
   const index_t q_rows = config.config.n_heads * config.config.head_size();
   const index_t kv_rows = config.config.kv_heads() * config.config.head_size();
-  const std::string_view head = family == ModelFamily::gpt2 ? gpt2_style.head : llama_style.head;
+  const std::string_view head = style_of(family).head;
   std::vector<SaveEntry> entries;
   std::vector<std::vector<Scalar>> transposed;  // GPT-2's Conv1D weights, alive until saved
   transposed.reserve(4 * static_cast<std::size_t>(config.config.n_layers));
@@ -101,7 +106,7 @@ void save_hf_checkpoint(const std::filesystem::path& dir, const Model& model,
       const auto& [theirs, ours] = renames[i];
       const auto at = name.find(ours);
       if (at == std::string::npos) continue;
-      if (family == ModelFamily::llama && i < 3) {
+      if (has_llama_layout(family) && i < 3) {
         // qkv: q_proj, k_proj and v_proj, its rows in that order.
         const index_t starts[] = {0, q_rows, q_rows + kv_rows};
         const index_t counts[] = {q_rows, kv_rows, kv_rows};
@@ -131,7 +136,7 @@ void save_hf_checkpoint(const std::filesystem::path& dir, const Model& model,
       }
       break;
     }
-    if (family == ModelFamily::llama && name != concat(head, ".weight"))
+    if (has_llama_layout(family) && name != concat(head, ".weight"))
       name = concat(hf_prefix(family), name);
     entries.emplace_back(
         name, shape, std::span<const Scalar>(value.data(), static_cast<std::size_t>(value.size())),

@@ -88,6 +88,10 @@ inline nlohmann::json config_to_json(const TransformerConfig& c) {
   if (c.n_kv_heads) json["n_kv_heads"] = *c.n_kv_heads;
   if (c.head_dim) json["head_dim"] = *c.head_dim;
   if (c.norm_eps) json["norm_eps"] = *c.norm_eps;
+  if (c.is_moe()) {
+    json["n_experts"] = c.n_experts;
+    json["experts_per_token"] = c.experts_per_token;
+  }
   if (!c.score_scaling.is_default()) {
     nlohmann::json scaling = {{"inverse_layer_index", c.score_scaling.inverse_layer_index}};
     if (c.score_scaling.scale) scaling["scale"] = *c.score_scaling.scale;
@@ -121,6 +125,10 @@ inline TransformerConfig config_from_json(const nlohmann::json& json, std::strin
   c.ffn = detail::enum_from<Ffn>(r, "ffn", dissect::detail::ffn_names);
   if (r.has("norm_eps")) c.norm_eps = r.number("norm_eps");
   c.rope_theta = r.number("rope_theta", 10000.0);
+  if (r.has("n_experts")) {
+    c.n_experts = r.count("n_experts");
+    c.experts_per_token = r.count("experts_per_token");
+  }
   if (r.has("score_scaling")) {
     const auto& scaling = r.value("score_scaling");
     if (!scaling.is_object()) r.fail("score_scaling", "must be a JSON object", scaling);

@@ -78,14 +78,15 @@ DetectedCheckpoint detect_checkpoint(const std::filesystem::path& path);
 template <class Model>
 Model load_model(const DetectedCheckpoint& checkpoint);
 
-/// load_model(detect_checkpoint(path)): a GPT2Model or LlamaModel from any checkpoint that
-/// records its config. @throws as detect_checkpoint and load_model.
+/// load_model(detect_checkpoint(path)): a GPT2Model, LlamaModel or MixtralModel from any checkpoint
+/// that records its config. @throws as detect_checkpoint and load_model.
 template <class Model>
 Model open_model(const std::filesystem::path& path);
 
-/// Loads the model `checkpoint` holds as GPT2Model<Scalar> or LlamaModel<Scalar>, by its
-/// family, and returns f(model) (f takes the model by reference and may change it; both calls
-/// must return the same type). @throws as require_model(op) and load_model.
+/// Loads the model `checkpoint` holds as GPT2Model<Scalar>, LlamaModel<Scalar> or
+/// MixtralModel<Scalar>, by its family, and returns f(model) (f takes the model by reference and
+/// may change it; both calls must return the same type). @throws as require_model(op) and
+/// load_model.
 template <class Scalar = float, class F>
 auto visit_model(const DetectedCheckpoint& checkpoint, F&& f, std::string_view op = "visit_model");
 
@@ -225,11 +226,19 @@ Model open_model(const std::filesystem::path& path) {
 
 template <class Scalar, class F>
 auto visit_model(const DetectedCheckpoint& checkpoint, F&& f, std::string_view op) {
-  if (checkpoint.require_model(op).family == ModelFamily::gpt2) {
-    auto model = load_model<GPT2Model<Scalar>>(checkpoint);
-    return std::invoke(f, model);
+  switch (checkpoint.require_model(op).family) {
+    case ModelFamily::gpt2: {
+      auto model = load_model<GPT2Model<Scalar>>(checkpoint);
+      return std::invoke(f, model);
+    }
+    case ModelFamily::llama: {
+      auto model = load_model<LlamaModel<Scalar>>(checkpoint);
+      return std::invoke(f, model);
+    }
+    case ModelFamily::mixtral:
+      break;
   }
-  auto model = load_model<LlamaModel<Scalar>>(checkpoint);
+  auto model = load_model<MixtralModel<Scalar>>(checkpoint);
   return std::invoke(f, model);
 }
 

@@ -1,14 +1,15 @@
-// dissect/models/decoder_layer.hpp — one pre-norm decoder layer, GPT-2's or LLaMA's:
+// dissect/models/decoder_layer.hpp — one pre-norm decoder layer, GPT-2's, LLaMA's or Mixtral's:
 //
 //   x₂ = x + W_O · attention(rope(q), rope(k), v),   q, k, v = QKV(norm₁(x))
 //   y  = x₂ + FFN(norm₂(x₂))
 //
 // built from the library's blocks (QKVProjection, causal attention, AttentionOutput, FeedForward
-// or GatedFeedForward, LayerNorm or RMSNorm). Style (models/styles.hpp) picks the parts and the
-// names; the config gives the sizes and the attention scores' scale, which can depend on the
-// layer's index in its model (TransformerConfig::score_scale). Three forwards: training (keeps
-// what backward needs), inference (online-softmax attention, nothing kept) and decoding with a KV
-// cache; all three scale the scores alike, and backward by the scale its forward used.
+// or GatedFeedForward, or a MixtureOfExperts of them, LayerNorm or RMSNorm). Style
+// (models/styles.hpp) picks the parts and the names; the config gives the sizes and the attention
+// scores' scale, which can depend on the layer's index in its model
+// (TransformerConfig::score_scale). Three forwards: training (keeps what backward needs), inference
+// (online-softmax attention, nothing kept) and decoding with a KV cache; all three scale the scores
+// alike, and backward by the scale its forward used.
 #pragma once
 
 #include <optional>
@@ -21,6 +22,7 @@
 #include "dissect/blocks/attention_output.hpp"
 #include "dissect/blocks/feed_forward.hpp"
 #include "dissect/blocks/gated_feed_forward.hpp"
+#include "dissect/blocks/mixture_of_experts.hpp"
 #include "dissect/blocks/qkv_projection.hpp"
 #include "dissect/config.hpp"
 #include "dissect/forward_stages.hpp"
@@ -55,8 +57,11 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
  public:
   using scalar_type = Scalar;
   using NormType = Normalization<Scalar, Style.norm>;
-  using FfnType =
+  /// One FFN of the style's kind; a mixture-of-experts style has E of them behind a router.
+  using DenseFfnType =
       std::conditional_t<Style.ffn == Ffn::mlp, FeedForward<Scalar>, GatedFeedForward<Scalar>>;
+  using FfnType =
+      std::conditional_t<Style.moe, MixtureOfExperts<Scalar, DenseFfnType>, DenseFfnType>;
 
   /// What backward needs from the training forward; reusable across steps.
   struct Cache {
@@ -105,15 +110,16 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
 
   /// Packs the layer's four projections for inference (freezing them): infer then runs the
   /// packed GEMM with bias, activation, SwiGLU and the residual adds fused (blocks.hpp).
+  /// A mixture of experts packs each expert (the router stays a plain Linear: E rows).
   void pack() requires std::is_same_v<Scalar, float> {
     qkv_.pack();
     proj_.pack();
-    ffn_.pack();
+    for_each_dense_ffn([](DenseFfnType& ffn) { ffn.pack(); });
   }
   void unpack() {
     qkv_.unpack();
     proj_.unpack();
-    ffn_.unpack();
+    for_each_dense_ffn([](DenseFfnType& ffn) { ffn.unpack(); });
   }
 
   /// Inference: as the training forward, keeping nothing (attention by online softmax). With a
@@ -134,8 +140,19 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
   }
 
   static FfnType make_ffn(const TransformerConfig& config, std::uint64_t seed);
+  /// f(ffn) for the FFN, or for each expert of a mixture.
+  template <class F>
+  void for_each_dense_ffn(F&& f) {
+    if constexpr (Style.moe) {
+      for (index_t e = 0; e < ffn_.n_experts(); ++e) f(ffn_.expert(e));
+    } else {
+      f(ffn_);
+    }
+  }
   /// q and k rotated in place to positions offset … offset + T − 1 (rotary styles only).
   static void rotate(QKV<Scalar>& qkv, index_t offset, const RotaryTable<Scalar>* rope);
+  /// A mixture of experts records its router's logits [B, T, E] as the routing stage.
+  void trace_routing(ShapeTrace* trace, const Shape<3>& shape) const;
   /// x₂ + FFN(norm₂(x₂)) without a cache, x₂ = x + W_O(attended): the inference tail.
   Tensor<Scalar, 3> finish(ConstTensorView<Scalar, 3> x, ConstTensorView<Scalar, 4> attended,
                            ShapeTrace* trace) const;
@@ -149,11 +166,13 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
   FfnType ffn_;
 };
 
-/// GPT-2's block and LLaMA's decoder layer.
+/// GPT-2's block, LLaMA's and Mixtral's decoder layers.
 template <class Scalar>
 using GPT2Block = DecoderLayer<Scalar, gpt2_style>;
 template <class Scalar>
 using LlamaDecoderLayer = DecoderLayer<Scalar, llama_style>;
+template <class Scalar>
+using MixtralDecoderLayer = DecoderLayer<Scalar, mixtral_style>;
 
 // ---- implementation -----------------------------------------------------------------------------
 
@@ -188,7 +207,14 @@ void add_into(Tensor<Scalar, 3>& target, ConstTensorView<Scalar, 3> addend) {
 template <class Scalar, const DecoderStyle& Style>
 auto DecoderLayer<Scalar, Style>::make_ffn(const TransformerConfig& config, std::uint64_t seed)
     -> FfnType {
-  if constexpr (Style.ffn == Ffn::mlp) {
+  if constexpr (Style.moe) {
+    return FfnType(config.d_model, config.d_ff,
+                   MixtureOfExpertsOptions{.n_experts = config.n_experts,
+                                           .routing = {.top_k = config.experts_per_token},
+                                           .bias = config.bias,
+                                           .activation = Style.activation,
+                                           .seed = seed});
+  } else if constexpr (Style.ffn == Ffn::mlp) {
     return FfnType(config.d_model, config.d_ff, Style.activation,
                    BlockOptions{.bias = config.bias, .seed = seed});
   } else {
@@ -208,6 +234,13 @@ DecoderLayer<Scalar, Style>::DecoderLayer(const TransformerConfig& config, std::
       proj_(config.d_model, config.n_heads, BlockOptions{.bias = config.bias, .seed = seed + 1}),
       norm2_(config.d_model, config.norm_eps.value_or(NormType::default_eps)),
       ffn_(make_ffn(config, seed + 2)) {}
+
+template <class Scalar, const DecoderStyle& Style>
+void DecoderLayer<Scalar, Style>::trace_routing(ShapeTrace* trace, const Shape<3>& shape) const {
+  if constexpr (Style.moe) {
+    detail::trace_stage(trace, stage::routing, Shape<3>{shape[0], shape[1], ffn_.n_experts()});
+  }
+}
 
 template <class Scalar, const DecoderStyle& Style>
 void DecoderLayer<Scalar, Style>::rotate(QKV<Scalar>& qkv, index_t offset,
@@ -234,6 +267,7 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::forward(ConstTensorView<Scalar, 3
   detail::add_into<Scalar>(cache.residual, x);
   cache.normed2 = norm2_.forward(cache.residual, cache.norm2);
   auto y = ffn_.forward(cache.normed2, cache.ffn);
+  trace_routing(trace, y.shape());
   detail::trace_stage(trace, stage::ffn, y.shape());
   detail::add_into<Scalar>(y, cache.residual);
   return y;
@@ -266,9 +300,18 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::finish(ConstTensorView<Scalar, 3>
                                                       ShapeTrace* trace) const {
   const auto attention_out = proj_.forward(attended, x);  // the residual add fused when packed
   detail::trace_stage(trace, stage::head_merge, attention_out.shape());
-  auto y = ffn_.forward(norm2_.forward(attention_out), attention_out);
-  detail::trace_stage(trace, stage::ffn, y.shape());
-  return y;
+  if constexpr (Style.moe) {
+    // The experts' outputs are summed by gate before the residual can be added.
+    auto y = ffn_.forward(norm2_.forward(attention_out));
+    trace_routing(trace, y.shape());
+    detail::add_into<Scalar>(y, attention_out);
+    detail::trace_stage(trace, stage::ffn, y.shape());
+    return y;
+  } else {
+    auto y = ffn_.forward(norm2_.forward(attention_out), attention_out);
+    detail::trace_stage(trace, stage::ffn, y.shape());
+    return y;
+  }
 }
 
 template <class Scalar, const DecoderStyle& Style>

@@ -161,6 +161,9 @@ using GPT2Model = DecoderModel<Scalar, gpt2_style>;
 /// LLaMA: embed_tokens, layers.N, norm, lm_head (untied unless the config ties it).
 template <class Scalar>
 using LlamaModel = DecoderModel<Scalar, llama_style>;
+/// Mixtral (MixtralForCausalLM): LLaMA with a sparse mixture of SwiGLU experts in every layer.
+template <class Scalar>
+using MixtralModel = DecoderModel<Scalar, mixtral_style>;
 
 // ---- implementation -----------------------------------------------------------------------------
 

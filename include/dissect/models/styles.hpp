@@ -1,4 +1,5 @@
-// dissect/models/styles.hpp — what makes a decoder GPT-2's or LLaMA's: its parts and its names.
+// dissect/models/styles.hpp — what makes a decoder GPT-2's, LLaMA's or Mixtral's: its parts and
+// its names.
 //
 // A style fixes the parts a TransformerConfig cannot vary for that family (the norm, the FFN, the
 // positions, the activation) and the state_dict names of its modules. The sizes, the head
@@ -39,6 +40,9 @@ struct DecoderStyle {
   const char* attention;
   const char* ffn_norm;
   const char* mlp;
+  /// Whether every layer's FFN is a mixture of experts (MixtureOfExperts over the FFN `ffn`
+  /// names; the config's n_experts and experts_per_token size it).
+  bool moe = false;
 };
 
 /// GPT-2 (HF GPT2LMHeadModel): pre-LayerNorm blocks, learned positions, GELU (tanh) MLP.
@@ -79,6 +83,27 @@ inline constexpr DecoderStyle llama_style{"llama",
                                           "post_attention_layernorm",
                                           "mlp"};
 
+/// Mixtral (HF MixtralForCausalLM): LLaMA's layer with its SwiGLU FFN replaced by a sparse
+/// mixture of SwiGLU experts ("block_sparse_moe"), each token routed to k of E.
+inline constexpr DecoderStyle mixtral_style{"mixtral",
+                                            "MixtralModel",
+                                            "MixtralDecoderLayer",
+                                            Norm::rms_norm,
+                                            Ffn::gated,
+                                            Positions::rotary,
+                                            Activation::silu,
+                                            false,
+                                            "embed_tokens",
+                                            "",
+                                            "layers",
+                                            "norm",
+                                            "lm_head",
+                                            "input_layernorm",
+                                            "self_attn",
+                                            "post_attention_layernorm",
+                                            "block_sparse_moe",
+                                            true};
+
 /// Validates `config` and checks that it is of `style`'s family (the style's parts, and the
 /// default score scaling for a family that has no other), and that its heads are d_k = D / H
 /// wide (the attention blocks' layout).
@@ -94,6 +119,12 @@ inline void check_style(std::string_view op, const DecoderStyle& style,
   if (config.ffn != style.ffn) refuse("ffn", ffn_name(config.ffn), ffn_name(style.ffn));
   if (config.positions != style.positions) {
     refuse("positions", positions_name(config.positions), positions_name(style.positions));
+  }
+  if (config.is_moe() != style.moe) {
+    throw ConfigError(detail::concat(op, ": config.n_experts is ", config.n_experts, ", ",
+                                     style.model_name,
+                                     style.moe ? " needs a mixture of experts (n_experts > 0)"
+                                               : " has a dense FFN (n_experts = 0)"));
   }
   if (!style.score_scaling && !config.score_scaling.is_default()) {
     refuse("score_scaling", "not 1/√d_k", "1/√d_k in every layer (its attention has no other)");
