@@ -270,6 +270,13 @@ std::string main_dtype_of(const Totals& t) {
   return most == t.dtype_bytes.end() ? std::string("F32") : most->first;
 }
 
+/// `value` with `decimals` digits after the point.
+std::string fixed(double value, int decimals) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(decimals) << value;
+  return out.str();
+}
+
 int inspect(const InspectOptions& o) {
   if (dissect::tools::is_gguf_file(o.checkpoint)) {
     return dissect::tools::inspect_gguf(o.checkpoint, o.json);
@@ -407,9 +414,10 @@ int inspect(const InspectOptions& o) {
                   static_cast<index_t>(static_cast<double>(count->experts) * bytes_per_parameter))
            << " B) in " << source.model->config.n_experts << " × " << source.model->config.n_layers
            << " experts; active per token " << dissect::format_count(count->active) << " of "
-           << dissect::format_count(count->total) << " (" << std::fixed << std::setprecision(1)
-           << 100.0 * static_cast<double>(count->active) / static_cast<double>(count->total)
-           << std::defaultfloat << " %)\n";
+           << dissect::format_count(count->total) << " ("
+           << fixed(100.0 * static_cast<double>(count->active) / static_cast<double>(count->total),
+                    1)
+           << " %)\n";
   }
   if (approx) {
     report << "12·D²·L     " << dissect::format_count(*approx) << " (D = " << d_model
@@ -629,13 +637,101 @@ struct QuantizeOptions {
   fs::path input, output;
   dissect::WeightFormat format = dissect::WeightFormat::int8;
   std::optional<dissect::GgufRecipe> recipe;  ///< set: GGUF in, GGUF out, llama.cpp's recipe
+  bool force = false;  ///< round a float model to ternary (tq2_0) weights even so
 };
+
+/// What rounding a model's weights costs: their relative error ‖W − Ŵ‖/‖W‖ over every quantised
+/// layer, and the mean KL divergence of the rounded model's next-token distribution from the
+/// float model's over a fixed probe sequence (ids 7i + 1 mod V, as long as the context allows,
+/// at most 64).
+struct RoundingCost {
+  double weight_error = 0;
+  double kl = 0;
+};
+
+template <class Model>
+std::vector<index_t> probe_ids(const Model& model) {
+  const auto& c = model.config();
+  std::vector<index_t> ids(static_cast<std::size_t>(std::min<index_t>(c.context, 64)));
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<index_t>((7 * i + 1) % static_cast<std::size_t>(c.vocab));
+  }
+  return ids;
+}
+
+/// Mean over positions of KL(softmax(reference) ‖ softmax(rounded)), in nats.
+template <class Logits>
+double mean_kl(const Logits& reference, const Logits& rounded) {
+  const index_t positions = reference.shape()[1], vocab = reference.shape()[2];
+  double total = 0;
+  for (index_t t = 0; t < positions; ++t) {
+    const auto* p = reference.data() + t * vocab;
+    const auto* q = rounded.data() + t * vocab;
+    double p_max = p[0], q_max = q[0];
+    for (index_t v = 1; v < vocab; ++v) p_max = std::max<double>(p_max, p[v]);
+    for (index_t v = 1; v < vocab; ++v) q_max = std::max<double>(q_max, q[v]);
+    double p_sum = 0, q_sum = 0;
+    for (index_t v = 0; v < vocab; ++v) p_sum += std::exp(p[v] - p_max);
+    for (index_t v = 0; v < vocab; ++v) q_sum += std::exp(q[v] - q_max);
+    const double p_log = p_max + std::log(p_sum), q_log = q_max + std::log(q_sum);
+    for (index_t v = 0; v < vocab; ++v) {
+      const double log_p = p[v] - p_log;
+      total += std::exp(log_p) * (log_p - (q[v] - q_log));
+    }
+  }
+  return total / static_cast<double>(positions);
+}
 
 template <class Model>
 int run_quantize(Model& model, const dissect::DetectedCheckpoint& source,
                  dissect::WeightFormat format, const QuantizeOptions& o) {
   const auto float_bytes = dissect::linear_weight_bytes(model);
+  const bool ternary = format == dissect::WeightFormat::tq2_0;
+  // Ternary weights are trained, not rounded: measure what rounding costs before deciding.
+  std::map<std::string, std::vector<double>> before;
+  std::optional<dissect::Tensor<typename Model::scalar_type, 3>> float_logits;
+  const std::vector<index_t> probe = probe_ids(model);
+  if (ternary) {
+    model.for_each_parameter([&](const dissect::ParameterName& name, auto value, auto) {
+      if constexpr (dissect::rank_of<decltype(value)> == 2) {
+        before[name.str()].assign(value.begin(), value.end());
+      }
+    });
+    float_logits = model.forward(dissect::TokenBatch{probe, 1, static_cast<index_t>(probe.size())});
+  }
   const auto layers = dissect::quantize_model(model, format);
+  std::optional<RoundingCost> cost;
+  if (ternary) {
+    double error = 0, norm = 0;
+    for (const std::string& layer : layers) {
+      const std::vector<double>& original = before.at(layer + ".weight");
+      std::size_t i = 0;
+      model.for_each_parameter([&](const dissect::ParameterName& name, auto value, auto) {
+        if (name.str() != layer + ".weight") return;
+        for (const auto rounded : value) {
+          error += (rounded - original[i]) * (rounded - original[i]);
+          norm += original[i] * original[i];
+          ++i;
+        }
+      });
+    }
+    const auto rounded_logits =
+        model.forward(dissect::TokenBatch{probe, 1, static_cast<index_t>(probe.size())});
+    cost = RoundingCost{norm > 0 ? std::sqrt(error / norm) : 0.0,
+                        mean_kl(*float_logits, rounded_logits)};
+    // A model trained ternary (BitLinear, transforms::use_bitlinear) rounds with no error.
+    if (!o.force && cost->weight_error > 1e-3) {
+      throw dissect::ConfigError(dissect::concat(
+          "quantize --format tq2_0: ", o.input.string(),
+          " holds float weights, not ternary ones: rounding them to {-1, 0, +1}·d loses ",
+          fixed(100.0 * cost->weight_error, 1),
+          " % of their norm and moves the "
+          "next-token distribution by ",
+          fixed(cost->kl, 3),
+          " nats (mean KL on a probe sequence). Ternary weights are trained (BitLinear, "
+          "transforms::use_bitlinear), not rounded; --force rounds anyway"));
+    }
+  }
   // A dissect file's own metadata (a vocabulary, say) goes along; save_model rewrites the rest.
   std::map<std::string, std::string> metadata;
   if (source.kind != dissect::CheckpointKind::hugging_face) {
@@ -651,6 +747,12 @@ int run_quantize(Model& model, const dissect::DetectedCheckpoint& source,
             << static_cast<double>(float_bytes) / static_cast<double>(bytes) << "× smaller)\n"
             << "file        " << o.output.string() << ", "
             << dissect::format_count(static_cast<index_t>(fs::file_size(o.output))) << " B\n";
+  if (cost) {
+    std::cout << "rounding    ‖W − Ŵ‖/‖W‖ = " << fixed(100.0 * cost->weight_error, 2)
+              << " %, mean KL(float ‖ ternary) = " << fixed(cost->kl, 4) << " nats over "
+              << probe.size() << " probe tokens (--force: a float model "
+              << "rounded, not trained, to ternary)\n";
+  }
   return exit_ok;
 }
 
@@ -880,8 +982,12 @@ int run(int argc, char** argv) {
   quantize_command
       ->add_option("--format", format,
                    "bf16, int8 or q4 (q4_0: in_features % 32 == 0); for a .gguf: q8_0, q4_0, "
-                   "q6_k, q4_k_m or q5_k_m (llama.cpp's recipes)")
+                   "q6_k, q4_k_m or q5_k_m (llama.cpp's recipes); tq2_0: ternary, refused for a "
+                   "float model unless --force")
       ->required();
+  quantize_command->add_flag("--force", quantize_options.force,
+                             "tq2_0: round a float model to ternary weights anyway (and report "
+                             "what it costs)");
 
   ConvertOptions convert_options;
   auto* convert_command = app.add_subcommand(

@@ -304,6 +304,8 @@ inline QuantizedWeight QuantizedWeight::quantize(ConstTensorView<float, 2> weigh
       }
       break;
     }
+    default:  // ggml's block formats returned above
+      break;
   }
   return result;
 }
