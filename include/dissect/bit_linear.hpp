@@ -63,9 +63,6 @@ struct BitLinearOptions {
   std::optional<std::uint64_t> seed = std::nullopt;
 };
 
-/// The ternary levels W̃ [out, in] of ternary_weight().
-using TernaryMatrix = Eigen::Matrix<std::int8_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
 template <class Scalar>
 class BitLinear : public ParameterMethods<BitLinear<Scalar>> {
   static_assert(is_supported_scalar_v<Scalar>,
@@ -118,7 +115,7 @@ class BitLinear : public ParameterMethods<BitLinear<Scalar>> {
 
   /// For deployment: W̃ ∈ {−1, 0, +1} [out, in] and γ, with Q(W) = W̃·γ up to the rounding of
   /// W̃/(1/γ) (the exact reference value); y = (x̃·W̃ᵀ)·γ·β/127 + b.
-  TernaryMatrix ternary_weight() const;
+  LevelMatrix ternary_weight() const;
   Scalar weight_scale() const { return ternary_scale<Scalar>(linear_.weight().matrix()); }
 
   /// Freezes (PyTorch's requires_grad_(False)) W, b and the norm's weight together; backward
@@ -198,8 +195,8 @@ RMSNorm<Scalar>& BitLinear<Scalar>::with_norm() {
 }
 
 template <class Scalar>
-TernaryMatrix BitLinear<Scalar>::ternary_weight() const {
-  TernaryMatrix levels(out_features(), in_features());
+LevelMatrix BitLinear<Scalar>::ternary_weight() const {
+  LevelMatrix levels(out_features(), in_features());
   ternary_levels<Scalar>(linear_.weight().matrix(), weight_scale(), levels);
   return levels;
 }

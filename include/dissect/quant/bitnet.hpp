@@ -37,6 +37,9 @@ namespace dissect {
 
 // ---- declarations -------------------------------------------------------------------------------
 
+/// Quantisation levels, row-major: W̃ ∈ {−1, 0, +1} or x̃ ∈ [−128, 127].
+using LevelMatrix = Eigen::Matrix<std::int8_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
 /// The floor of both scales' denominators (the reference's clamp_(min=1e-5)).
 inline constexpr double bitnet_scale_floor = 1e-5;
 
@@ -48,9 +51,8 @@ Scalar ternary_scale(const ConstMatrixRef<Scalar>& weight);
 /// W̃ = clamp(round(W·(1/γ)), −1, 1) for the γ of ternary_scale, into `levels` (W's shape). A
 /// non-finite γ gives levels of 0 (the levels of a NaN weight have no meaning; Q(W) is NaN).
 template <class Scalar>
-void ternary_levels(
-    const ConstMatrixRef<Scalar>& weight, Scalar gamma,
-    Eigen::Ref<Eigen::Matrix<std::int8_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> levels);
+void ternary_levels(const ConstMatrixRef<Scalar>& weight, Scalar gamma,
+                    Eigen::Ref<LevelMatrix> levels);
 
 /// Q(W) = W̃/(1/γ): W's fake-quantised values, what forward multiplies by. `out` has W's shape
 /// and may be W itself.
@@ -64,6 +66,11 @@ Scalar absmax_scale(const Scalar* row, index_t n);
 /// Q(x) row by row (each row a token), into `out` of x's shape (may be x itself).
 template <class Scalar>
 void int8_fake_quantize_rows(const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> out);
+
+/// x̃ = clamp(round(x·(127/β)), −128, 127) row by row, into `levels` (x's shape): the int8 values
+/// a deployed kernel multiplies. A non-finite token gives levels of 0 (its Q(x) is NaN).
+template <class Scalar>
+void int8_levels_rows(const ConstMatrixRef<Scalar>& x, Eigen::Ref<LevelMatrix> levels);
 
 // ---- implementation -----------------------------------------------------------------------------
 
@@ -131,6 +138,20 @@ void int8_fake_quantize_rows(const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> 
     const Scalar s = Scalar(127) / absmax_scale<Scalar>(x.data() + r * x.outerStride(), x.cols());
     for (index_t j = 0; j < x.cols(); ++j) {
       out(r, j) = detail::bitnet_round(x(r, j) * s, Scalar(-128), Scalar(127)) / s;
+    }
+  }
+}
+
+template <class Scalar>
+void int8_levels_rows(
+    const ConstMatrixRef<Scalar>& x,
+    Eigen::Ref<Eigen::Matrix<std::int8_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>
+        levels) {
+  for (index_t r = 0; r < x.rows(); ++r) {
+    const Scalar s = Scalar(127) / absmax_scale<Scalar>(x.data() + r * x.outerStride(), x.cols());
+    for (index_t j = 0; j < x.cols(); ++j) {
+      const Scalar level = detail::bitnet_round(x(r, j) * s, Scalar(-128), Scalar(127));
+      levels(r, j) = std::isnan(level) ? std::int8_t{0} : static_cast<std::int8_t>(level);
     }
   }
 }
