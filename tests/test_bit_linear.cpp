@@ -4,8 +4,8 @@
 // "bitlinear"), in float and double; the straight-through estimator as an algebraic identity
 // (the gradient is exactly that of the product with the quantised values held fixed) and by finite
 // differences of that surrogate in double; the quantisers' properties (levels, ties to even,
-// idempotence, scale invariance); the degenerate and non-finite inputs; the errors; and a tiny
-// LLaMA trained with ternary weights.
+// idempotence, scale invariance); the degenerate and non-finite inputs (docs/reliability.md row
+// 80); the errors (rows 79 and 81); and a tiny LLaMA trained with ternary weights.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -291,7 +291,7 @@ TYPED_TEST(BitLinearTyped, RoundsHalfToEven) {
   EXPECT_EQ(x_levels.cast<int>(), (Eigen::Matrix<int, 1, 5>() << 127, 2, 4, -2, 0).finished());
 }
 
-// ---- degenerate and non-finite inputs -----------------------------------------------------------
+// ---- degenerate and non-finite inputs (docs/reliability.md row 80) ------------------------------
 
 TYPED_TEST(BitLinearTyped, AllZeroWeightGivesTheBiasNotNaN) {
   using Scalar = TypeParam;
@@ -348,7 +348,7 @@ TYPED_TEST(BitLinearTyped, NonFiniteTokenPoisonsOnlyItsOwnRow) {
   }
 }
 
-// ---- errors -------------------------------------------------------------------------------------
+// ---- errors (docs/reliability.md rows 79 and 81) ------------------------------------------------
 
 TEST(BitLinear, ShapeErrorsNameTheOpAndShapes) {
   BitLinear<float> layer(8, 4, {.seed = 1});
