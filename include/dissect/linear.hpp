@@ -24,9 +24,7 @@
 // protocol and state dicts all see the weights forward uses. The float Ŵ stays in memory; what
 // quantising saves is the bytes forward streams (weight_bytes) and the bytes a file stores.
 //
-// A layer can run as BitNet b1.58's BitLinear without its norm (set_bitlinear, bit_linear.hpp):
-// forward multiplies the fake-quantised Q(x)·Q(W)ᵀ + b (int8 tokens, ternary W), backward is the
-// straight-through estimator, and W stays the float master weight an optimizer trains.
+// set_bitlinear: BitNet b1.58's quantised product, trained straight through (bit_linear.hpp).
 #pragma once
 
 #include <cstdint>
@@ -183,11 +181,10 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// through the weight() view): what a block that packs several layers together checks.
   std::uint64_t weight_generation() const { return weight_generation_; }
 
-  /// BitNet b1.58's quantised product (quant/bitnet.hpp; the module with its RMSNorm is
-  /// BitLinear, bit_linear.hpp): forward computes y = Q(x)·Q(W)ᵀ + b with Q(x) each token's
-  /// absmax int8 values and Q(W) W's absmean ternary values, and backward is the straight-through
-  /// estimator: dx = dy·Q(W), dW += dyᵀ·Q(x), db += Σ dy (the gradient of the product with the
-  /// quantised values held fixed). W stays the float master weight; the mode may be frozen.
+  /// BitNet b1.58's product (quant/bitnet.hpp; with its RMSNorm: BitLinear, bit_linear.hpp):
+  /// forward y = Q(x)·Q(W)ᵀ + b, Q(x) per-token absmax int8, Q(W) absmean ternary; backward the
+  /// straight-through estimator dx = dy·Q(W), dW += dyᵀ·Q(x), db += Σ dy. W stays the float
+  /// master weight; the mode may be frozen.
   /// @throws Error (turning it on) if the layer is quantised, packed or carries an adapter.
   void set_bitlinear(bool on);
   bool bitlinear() const { return bitlinear_; }
