@@ -28,7 +28,7 @@ set(layer_accounting "config\\.hpp" "model_shape\\.hpp" "count\\.hpp" "budget\\.
 set(layer_tensor "tensor\\.hpp" "detail/heads\\.hpp" "detail/panelled_gemm\\.hpp" "init\\.hpp"
                  "module\\.hpp" "sequential\\.hpp" "stack\\.hpp" "freezing\\.hpp" "activation\\.hpp")
 set(layer_kernels "kernels/.*" "kernels\\.hpp" "quant/.*")
-set(layer_layers "linear\\.hpp" "linear/.*" "lora_adapter\\.hpp" "lora_linear\\.hpp" "norm\\.hpp"
+set(layer_layers "linear\\.hpp" "linear/.*" "bit_linear\\.hpp" "lora_adapter\\.hpp" "lora_linear\\.hpp" "norm\\.hpp"
                  "embedding\\.hpp" "rope\\.hpp" "qkv\\.hpp" "attention\\.hpp" "kv_cache\\.hpp"
                  "loss\\.hpp" "optim\\.hpp" "sampling\\.hpp")
 set(layer_blocks "blocks/.*")

@@ -6,6 +6,7 @@
 
 #include "dissect/activation.hpp"
 #include "dissect/attention.hpp"
+#include "dissect/bit_linear.hpp"
 #include "dissect/blocks/attention_output.hpp"
 #include "dissect/blocks/feed_forward.hpp"
 #include "dissect/blocks/gated_feed_forward.hpp"
@@ -40,6 +41,7 @@
 #include "dissect/numeric/half.hpp"
 #include "dissect/optim.hpp"
 #include "dissect/qkv.hpp"
+#include "dissect/quant/bitnet.hpp"
 #include "dissect/quant/format.hpp"
 #include "dissect/quant/kernel_path.hpp"
 #include "dissect/quant/weight_format.hpp"
@@ -49,5 +51,6 @@
 #include "dissect/shape.hpp"
 #include "dissect/shape_chain.hpp"
 #include "dissect/tensor.hpp"
+#include "dissect/transforms/bitlinear.hpp"
 #include "dissect/transforms/lora.hpp"
 #include "dissect/transforms/quantize.hpp"

@@ -23,6 +23,8 @@
 // that backward (dx only: a quantised layer is frozen, the base of a QLoRA adapter), the module
 // protocol and state dicts all see the weights forward uses. The float Ŵ stays in memory; what
 // quantising saves is the bytes forward streams (weight_bytes) and the bytes a file stores.
+//
+// set_bitlinear: BitNet b1.58's quantised product, trained straight through (bit_linear.hpp).
 #pragma once
 
 #include <cstdint>
@@ -179,6 +181,14 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// through the weight() view): what a block that packs several layers together checks.
   std::uint64_t weight_generation() const { return weight_generation_; }
 
+  /// BitNet b1.58's product (quant/bitnet.hpp; with its RMSNorm: BitLinear, bit_linear.hpp):
+  /// forward y = Q(x)·Q(W)ᵀ + b, Q(x) per-token absmax int8, Q(W) absmean ternary; backward the
+  /// straight-through estimator dx = dy·Q(W), dW += dyᵀ·Q(x), db += Σ dy. W stays the float
+  /// master weight; the mode may be frozen.
+  /// @throws Error (turning it on) if the layer is quantised, packed or carries an adapter.
+  void set_bitlinear(bool on);
+  bool bitlinear() const { return bitlinear_; }
+
   /// Why W cannot take new values now, or nullopt: while quantised forward reads its own copy,
   /// and while an adapter is merged unmerge would subtract ΔW from the new values. What
   /// set_weight refuses, and what code that writes W through the weight() view checks first
@@ -266,6 +276,12 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// How forward reads W: dense, packed or quantised (linear/weight_storage.hpp).
   WeightStorage storage_;
   std::uint64_t weight_generation_ = 0;
+  bool bitlinear_ = false;
+  /// Under bitlinear: forward and backward on Q(x) and Q(W) (linear/detail/bitlinear_impl.hpp).
+  void bitlinear_forward(const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> y) const;
+  void bitlinear_backward(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scalar>& dy,
+                          std::optional<MatrixRef<Scalar>> dx);
+  void require_not_bitlinear(const char* op) const;
   /// After W changed through the layer's API: a packed layer repacks.
   void weight_changed();
   /// y = x·Wᵀ + b by the weight's storage, then the adapter's term.
@@ -351,6 +367,7 @@ const LoRAAdapter<Scalar>& Linear<Scalar>::with_adapter(const char* name) const 
 
 template <class Scalar>
 void Linear<Scalar>::forward_matrix(const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> y) const {
+  if (bitlinear_) return bitlinear_forward(x, y);  // refuses adapters, packing and quantising
   storage_.forward_matmul<Scalar>(x, weight_.matrix(), bias_map(), y);
   if (!adapter_) return;
   if (merge_) {
@@ -518,6 +535,7 @@ void Linear<Scalar>::backward_checked(const char* op, const ConstTensorView<Scal
                                     ", dy: ", format_shape(dy.shape()), ")"));
   }
   check_not_own_buffer(op, "dx", ConstTensorView<Scalar, Rank>(dx), true);
+  if (bitlinear_) return bitlinear_backward(x.matrix(), dy.matrix(), dx.matrix());
   if (frozen_) {
     linear_backward_input<Scalar>(weight_.cview().matrix(), dy.matrix(), dx.matrix());
   } else {
@@ -535,6 +553,7 @@ void Linear<Scalar>::backward_parameters(const X& x, const DY& dy) {
   const auto input = const_view(x);
   const auto upstream = const_view(dy);
   check_backward("backward_parameters", input, upstream);
+  if (bitlinear_) return bitlinear_backward(input.matrix(), upstream.matrix(), std::nullopt);
   if (!frozen_) {
     linear_backward_parameters<Scalar>(input.matrix(), upstream.matrix(), weight_grad_.matrix(),
                                        bias_grad_map());
@@ -567,6 +586,7 @@ std::ostream& operator<<(std::ostream& out, const Linear<Scalar>& layer) {
       << ", bias=" << (layer.has_bias() ? "true" : "false") << (layer.frozen() ? ", frozen" : "");
   if (layer.quantized()) out << ", weight=" << layer.quantized_weight().describe();
   if (layer.packed()) out << ", packed";
+  if (layer.bitlinear()) out << ", bitlinear";
   if (layer.has_adapter()) {
     out << ", lora_rank=" << layer.adapter().rank() << ", lora_alpha=" << layer.adapter().alpha()
         << (layer.adapter_merged() ? ", merged" : "");
@@ -578,4 +598,5 @@ std::ostream& operator<<(std::ostream& out, const Linear<Scalar>& layer) {
 
 // The members that switch modes (freezing, an adapter, quantised storage, packing) are defined in
 // a private header of their own, which needs the class above.
+#include "dissect/linear/detail/bitlinear_impl.hpp"
 #include "dissect/linear/detail/modes_impl.hpp"

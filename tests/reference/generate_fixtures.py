@@ -1478,6 +1478,138 @@ def generate_moe(root: Path):
 BLOCKS["moe"] = generate_moe
 
 
+# ---- bitlinear: BitNet b1.58's BitLinear, trained with the straight-through estimator ----------
+#
+# Written from the formulas of "The Era of 1-bit LLMs: Training Tips, Code and FAQ" (Microsoft,
+# github.com/microsoft/unilm, bitnet/): per-token absmax int8 activations, per-tensor absmean
+# ternary weights, an RMSNorm before the activation quantiser, and gradients passed straight
+# through both quantisers by adding a detached correction.
+
+BITLINEAR_EPS = 1e-6  # the RMSNorm's eps (dissect's BitLinearOptions default)
+BITLINEAR_TIE_MARGIN = 1e-3  # in quantisation levels: see bitlinear_tie_distance
+
+
+def bitlinear_act_scale(x):
+    """s_x = 127 / max(max|x|, 1e-5) per token (last axis), in x's dtype."""
+    return 127.0 / x.abs().amax(dim=-1, keepdim=True).clamp(min=1e-5)
+
+
+def bitlinear_weight_scale(w):
+    """s_W = 1 / max(mean|W|, 1e-5), in W's dtype."""
+    return 1.0 / w.abs().mean().clamp(min=1e-5)
+
+
+def bitlinear_fake_quant(x, w):
+    """(Q(x), Q(W), x levels, W levels): levels clamp(round(v·s)), values levels / s."""
+    s_x, s_w = bitlinear_act_scale(x), bitlinear_weight_scale(w)
+    x_levels = torch.round(x * s_x).clamp(-128, 127)
+    w_levels = torch.round(w * s_w).clamp(-1, 1)
+    return x_levels / s_x, w_levels / s_w, x_levels, w_levels
+
+
+def bitlinear_tie_distance(x, w):
+    """The smallest distance, in levels, of any v·s from a rounding tie (k + 1/2) that decides a
+    level: float32 arithmetic that differs from torch's by an ulp cannot move a level when this
+    is large. W's ties beyond ±1.5 are clamped anyway."""
+    tx = x * bitlinear_act_scale(x)
+    tw = (w * bitlinear_weight_scale(w)).clamp(-1.4, 1.4)
+    dist = lambda t: ((t - torch.floor(t)) - 0.5).abs().min().item() if t.numel() else 1.0
+    return min(dist(tx), dist(tw))
+
+
+# (leading shape, in, out, norm, bias, special). special: "zero_token" sets token 1 of x to 0,
+# "zero_weight_row" sets row 2 of W to 0, "zero_weight" sets all of W to 0 (γ clamps to 1e-5:
+# W̃ = 0, y = b, dx = 0, but dW = dyᵀ·Q(x̂) ≠ 0). Sizes odd and unequal, so a transposed operand
+# cannot pass by accident.
+BITLINEAR_CASES = [
+    ((2, 3), 16, 12, True, False, None),
+    ((5,), 16, 12, False, True, None),
+    ((), 20, 7, True, False, None),
+    ((4,), 33, 17, True, True, "zero_token"),
+    ((3,), 24, 10, False, False, "zero_weight_row"),
+    ((2,), 8, 6, True, True, "zero_weight"),
+    ((1, 4), 40, 8, True, False, None),
+]
+
+
+def bitlinear_case_name(prefix, lead, in_f, out_f, norm, bias, special):
+    lead_tag = "lead" + "x".join(str(d) for d in lead) if lead else "nolead"
+    name = f"{prefix}_{lead_tag}_in{in_f}_out{out_f}_{'norm' if norm else 'nonorm'}_{bias_tag(bias)}"
+    return name + (f"_{special}" if special else "")
+
+
+def bitlinear_draw(case, seed):
+    """x, W, b, the norm's weight and dy in float64, redrawn until no value in either dtype sits
+    within BITLINEAR_TIE_MARGIN of a rounding tie (the f32 case is the f64 case rounded)."""
+    lead, in_f, out_f, norm, bias, special = case
+    for attempt in range(100):
+        torch.manual_seed(seed + attempt)
+        x = 1.5 * torch.randn(*lead, in_f, dtype=torch.float64)
+        w = torch.randn(out_f, in_f, dtype=torch.float64) / math.sqrt(in_f)
+        b = 0.5 * torch.randn(out_f, dtype=torch.float64)
+        g = 1 + 0.5 * torch.randn(in_f, dtype=torch.float64)
+        dy = torch.randn(*lead, out_f, dtype=torch.float64)
+        if special == "zero_token":
+            x.view(-1, in_f)[1] = 0
+        elif special == "zero_weight_row":
+            w[2] = 0
+        elif special == "zero_weight":
+            w.zero_()
+        ok = True
+        for dtype in DTYPES.values():
+            xd, wd, gd = x.to(dtype), w.to(dtype), g.to(dtype)
+            xn = rms_norm(xd, gd, BITLINEAR_EPS) if norm else xd
+            ok = ok and bitlinear_tie_distance(xn.double(), wd.double()) > BITLINEAR_TIE_MARGIN
+        if ok:
+            return x, w, b, g, dy
+    raise AssertionError(f"bitlinear case {case}: no draw away from rounding ties")
+
+
+def bitlinear_fixture(lead, in_f, out_f, norm, bias, special, dtype):
+    name = bitlinear_case_name("", lead, in_f, out_f, norm, bias, special)
+    x, w, b, g, dy = bitlinear_draw((lead, in_f, out_f, norm, bias, special),
+                                    seed_for("bitlinear" + name))
+    x = x.to(dtype).requires_grad_(True)
+    w = w.to(dtype).requires_grad_(True)
+    b = b.to(dtype).requires_grad_(True)
+    g = g.to(dtype).requires_grad_(True)
+    dy = dy.to(dtype)
+
+    xn = rms_norm(x, g, BITLINEAR_EPS) if norm else x
+    xq_value, wq_value, x_levels, w_levels = bitlinear_fake_quant(xn.detach(), w.detach())
+    # The straight-through estimator: forward sees Q(·), backward the identity.
+    xq = xn + (xq_value - xn).detach()
+    wq = w + (wq_value - w).detach()
+    y = torch.nn.functional.linear(xq, wq, b if bias else None)
+    y.backward(dy)
+    gamma = w.detach().abs().mean().clamp(min=1e-5).reshape(1)
+
+    tensors = {"x": x, "W": w}
+    if bias:
+        tensors["b"] = b
+    if norm:
+        tensors["norm_weight"] = g
+    tensors.update({"y": y, "dy": dy, "dx": x.grad, "dW": w.grad})
+    if bias:
+        tensors["db"] = b.grad
+    if norm:
+        tensors["dnorm_weight"] = g.grad
+    tensors.update({"W_levels": w_levels, "gamma": gamma, "x_levels": x_levels})
+    meta = {"in_features": in_f, "out_features": out_f, "norm": norm, "bias": bias,
+            "eps": repr(BITLINEAR_EPS), "rank": len(lead) + 1}
+    if special:
+        meta["special"] = special
+    return meta, {k: v.detach() for k, v in tensors.items()}
+
+
+def generate_bitlinear(root: Path):
+    return generate_cases(root, "bitlinear", BITLINEAR_CASES, bitlinear_case_name,
+                          bitlinear_fixture)
+
+
+BLOCKS["bitlinear"] = generate_bitlinear
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("blocks", nargs="*", metavar="block",

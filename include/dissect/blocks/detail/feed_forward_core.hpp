@@ -122,6 +122,9 @@ void FeedForwardCore<Derived, Scalar, N>::pack() requires std::is_same_v<Scalar,
     if (layer.quantized()) {
       throw Error("FeedForward::pack: a layer is quantised; its own kernels already run packed");
     }
+    if (layer.bitlinear()) {
+      throw Error("FeedForward::pack: a layer runs as BitLinear, which packing would bypass");
+    }
     layer.set_frozen(true);
   }
   layers_[N - 1].pack();

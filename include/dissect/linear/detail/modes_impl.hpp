@@ -2,7 +2,8 @@
 // includes it at its end, after the class).
 //
 // The out-of-line definitions of Linear's modes, which change what backward may train and how
-// forward reads W: freezing, hosting a LoRA adapter, quantised storage and packing. Each keeps
+// forward reads W: freezing, hosting a LoRA adapter, quantised storage and packing (the
+// bitlinear mode, which excludes the last three, is in bitlinear_impl.hpp). Each keeps
 // weight_generation() moving whenever W or its storage changes, which is what a block that packs
 // several layers together checks. The class itself, its shape contracts and the forward and
 // backward products are in dissect/linear.hpp.
@@ -56,6 +57,7 @@ LoRAAdapter<Scalar>& Linear<Scalar>::attach_adapter(LoRAOptions options) {
 template <class Scalar>
 LoRAAdapter<Scalar>& Linear<Scalar>::attach_adapter(LoRAAdapter<Scalar> adapter) {
   if (adapter_) throw Error("Linear::attach_adapter: this layer already has a LoRA adapter");
+  require_not_bitlinear("attach_adapter");
   if (adapter.in_features() != in_features() || adapter.out_features() != out_features()) {
     throw ShapeError(detail::concat(
         "Linear::attach_adapter: adapter A ", format_shape(adapter.A().shape()), ", B ",
@@ -120,6 +122,7 @@ void Linear<Scalar>::require_not_quantized(const char* op) const {
 template <class Scalar>
 void Linear<Scalar>::quantize(WeightFormat format) requires std::is_same_v<Scalar, float> {
   require_not_quantized("quantize");
+  require_not_bitlinear("quantize");
   set_quantized_weight(QuantizedWeight::quantize(weight_.cview(), format));
 }
 
@@ -127,6 +130,7 @@ template <class Scalar>
 void Linear<Scalar>::set_quantized_weight(
     QuantizedWeight weight) requires std::is_same_v<Scalar, float> {
   require_not_quantized("set_quantized_weight");
+  require_not_bitlinear("set_quantized_weight");
   if (merge_) {
     throw Error(
         "Linear::set_quantized_weight: the LoRA adapter is merged into the weight; "
@@ -189,6 +193,7 @@ void Linear<Scalar>::weight_changed() {
 template <class Scalar>
 void Linear<Scalar>::pack() requires std::is_same_v<Scalar, float> {
   require_not_quantized("pack");
+  require_not_bitlinear("pack");
   set_frozen(true);
   storage_.set_packed(weight_.data(), out_features(), in_features());
   ++weight_generation_;
