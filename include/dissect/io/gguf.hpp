@@ -205,3 +205,4 @@ void save_gguf(const std::filesystem::path& path,
 }  // namespace dissect
 
 #include "dissect/io/detail/gguf_impl.hpp"
+#include "dissect/io/detail/gguf_writer_impl.hpp"
