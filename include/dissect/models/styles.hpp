@@ -85,24 +85,15 @@ inline constexpr DecoderStyle llama_style{"llama",
 
 /// Mixtral (HF MixtralForCausalLM): LLaMA's layer with its SwiGLU FFN replaced by a sparse
 /// mixture of SwiGLU experts ("block_sparse_moe"), each token routed to k of E.
-inline constexpr DecoderStyle mixtral_style{"mixtral",
-                                            "MixtralModel",
-                                            "MixtralDecoderLayer",
-                                            Norm::rms_norm,
-                                            Ffn::gated,
-                                            Positions::rotary,
-                                            Activation::silu,
-                                            false,
-                                            "embed_tokens",
-                                            "",
-                                            "layers",
-                                            "norm",
-                                            "lm_head",
-                                            "input_layernorm",
-                                            "self_attn",
-                                            "post_attention_layernorm",
-                                            "block_sparse_moe",
-                                            true};
+inline constexpr DecoderStyle mixtral_style = [] {
+  DecoderStyle style = llama_style;
+  style.family = "mixtral";
+  style.model_name = "MixtralModel";
+  style.layer_name = "MixtralDecoderLayer";
+  style.mlp = "block_sparse_moe";
+  style.moe = true;
+  return style;
+}();
 
 /// Validates `config` and checks that it is of `style`'s family (the style's parts, and the
 /// default score scaling for a family that has no other), and that its heads are d_k = D / H
