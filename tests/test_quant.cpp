@@ -166,8 +166,8 @@ TEST(QuantFormat, BytesAndNames) {
   EXPECT_EQ(weight_format_from_name("int8"), WeightFormat::int8);
   EXPECT_EQ(weight_format_name(WeightFormat::q4_0), "q4_0");
   EXPECT_THROW_WITH(weight_format_from_name("int4"), ConfigError, "\"int4\" is not one of");
-  EXPECT_THROW_WITH(weight_format_name(static_cast<WeightFormat>(7)), ConfigError,
-                    "WeightFormat(7)");
+  EXPECT_THROW_WITH(weight_format_name(static_cast<WeightFormat>(8)), ConfigError,
+                    "WeightFormat(8)");
 }
 
 TEST(QuantFormat, SizesAndNamesAreTheDtypeTables) {
@@ -185,7 +185,7 @@ TEST(QuantFormat, SizesAndNamesAreTheDtypeTables) {
   }
   EXPECT_EQ(dtype_of(WeightFormat::q4_0), Dtype::q4_0);
   EXPECT_EQ(dtype_of(WeightFormat::q4_K), Dtype::q4_K);
-  EXPECT_THROW_WITH(dtype_of(static_cast<WeightFormat>(7)), ConfigError, "WeightFormat(7)");
+  EXPECT_THROW_WITH(dtype_of(static_cast<WeightFormat>(8)), ConfigError, "WeightFormat(8)");
 }
 
 TEST(QuantFormat, RefusesWhatItCannotStore) {
