@@ -9,6 +9,7 @@
 //                                                    k experts one at a time
 //   moe/dense_equal_active/<shape>/M=<m>/threads=<t> one packed GatedFeedForward D → k·F → D:
 //                                                    the same active parameters per token
+//                                                    (also at M = 32: see register_all)
 //   moe/experts_only/<shape>/M=<m>/threads=<t>       grouped's expert calls alone, on rows
 //                                                    gathered beforehand: the dispatch's cost
 //                                                    is grouped minus this
@@ -20,8 +21,7 @@
 // iteration); "weights B/s" at M = 1 counts the k experts' weights (dense: its k·F-wide FFN,
 // the same bytes), which come from DRAM every token (one expert is 138 MB, the L3 32 MB).
 //
-//   bench_moe --benchmark_min_time=0.2 --benchmark_repetitions=3
-//   --benchmark_report_aggregates_only=true
+//   bench_moe --benchmark_min_time=0.2 --benchmark_repetitions=3   (bench/README.md: the run)
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -303,7 +303,9 @@ void register_all() {
         ->UseRealTime();
   }
   for (const MoeShape& shape : {mixtral_like, tiny}) {
-    for (index_t tokens : {1, 8, 128}) {
+    // M = 32, dense only: 4 × its time is the FLOPs and weight bytes of grouped at M = 128 (each
+    // of the 8 experts on ~32 rows) in one product per projection, the cost of the smaller GEMMs.
+    for (index_t tokens : {1, 8, 32, 128}) {
       for (int threads : thread_counts) {
         const Case c{shape, tokens, threads};
         const std::string s = std::string(shape.name) + "/M=" + std::to_string(tokens) +
@@ -313,9 +315,11 @@ void register_all() {
               ->Unit(benchmark::kMillisecond)
               ->UseRealTime();
         };
-        add("moe/grouped/", moe_grouped);
-        add("moe/experts_only/", moe_experts_only);
-        add("moe/loop_over_experts/", moe_loop_over_experts);
+        if (tokens != 32) {
+          add("moe/grouped/", moe_grouped);
+          add("moe/experts_only/", moe_experts_only);
+          add("moe/loop_over_experts/", moe_loop_over_experts);
+        }
         add("moe/dense_equal_active/", moe_dense_equal_active);
       }
     }
