@@ -33,9 +33,10 @@ const GgufFile& fixture() {
 // tq2_0 came last, after the others' bytes were fixed: its quantiser is ggml_quantize_chunk's
 // (quantize_tq2_0 → quantize_row_tq2_0_ref: d = max|x| of the block, code = lroundf(x/d) + 1, so
 // x = ±d/2 rounds away from zero, as row 7's halves test; a zero block has d = 0 and codes 1).
-constexpr GgmlType fixture_types[] = {
-    GgmlType::f16,  GgmlType::bf16, GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0,  GgmlType::q5_1,
-    GgmlType::q8_0, GgmlType::q4_K, GgmlType::q5_K, GgmlType::q6_K, GgmlType::q8_K, GgmlType::tq2_0};
+constexpr GgmlType fixture_types[] = {GgmlType::f16,  GgmlType::bf16, GgmlType::q4_0,
+                                      GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
+                                      GgmlType::q8_0, GgmlType::q4_K, GgmlType::q5_K,
+                                      GgmlType::q6_K, GgmlType::q8_K, GgmlType::tq2_0};
 
 class GgmlBlocksAgainstLlamaCpp : public ::testing::TestWithParam<GgmlType> {};
 
@@ -128,8 +129,7 @@ TEST(GgmlBlocks, Tq2_0DotWithQ8KActivationsMatchesLlamaCppsDequantisedProduct) {
 
   std::vector<std::uint8_t> activations(
       static_cast<std::size_t>(rows * ggml_row_bytes(GgmlType::q8_K, K)));
-  qd::quantize_ggml_activations(WeightFormat::tq2_0, source.data(), K, rows, K,
-                                activations.data());
+  qd::quantize_ggml_activations(WeightFormat::tq2_0, source.data(), K, rows, K, activations.data());
   const std::span<const std::byte> q8_k = fixture().bytes("q8_K");
   ASSERT_EQ(activations.size(), q8_k.size());
   EXPECT_EQ(std::memcmp(activations.data(), q8_k.data(), q8_k.size()), 0);
@@ -157,8 +157,8 @@ TEST(GgmlBlocks, Tq2_0DotWithQ8KActivationsMatchesLlamaCppsDequantisedProduct) {
           }
         }
         const double bound = (double(K / 256) + 9) * u * magnitude;
-        EXPECT_LE(std::fabs(y[std::size_t(i * rows + n)] - exact), bound) << "y[" << i << ", "
-                                                                            << n << "]";
+        EXPECT_LE(std::fabs(y[std::size_t(i * rows + n)] - exact), bound)
+            << "y[" << i << ", " << n << "]";
         ++checked;
       }
     }

@@ -951,9 +951,9 @@ TEST(MoeErrors, ANonFiniteRouterLogitIsAnErrorNamingTheTokenAndTheShapes) {
 
   // NaN in a token's features that the router's weight multiplies by 0 is still NaN (0·NaN):
   // no row escapes; an empty batch has no logit to check and gives an empty y.
-  MixtureOfExperts<double> block(4, 6, options_of(3, routing_of(1, MoeGating::softmax_of_top_k,
-                                                                false, 0, 0, std::nullopt),
-                                                  2));
+  MixtureOfExperts<double> block(
+      4, 6,
+      options_of(3, routing_of(1, MoeGating::softmax_of_top_k, false, 0, 0, std::nullopt), 2));
   block.router().weight().fill(0);
   Tensor<double, 3> x({1, 2, 4});
   x.data()[4] = std::numeric_limits<double>::quiet_NaN();  // x[0, 1, 0]

@@ -102,11 +102,11 @@ concept MoeExpert = Module<E> &&
 /// routing. Assignment a = t·k + j is token t's j-th choice (j = 0 the highest score).
 template <class Scalar>
 struct MoeRoute {
-  index_t tokens = 0;  ///< N = B·T; −1 in a cache whose forward threw (it then fits no x)
-  index_t n_experts = 0;         ///< E
-  index_t top_k = 0;             ///< k
-  Tensor<Scalar, 2> logits;      ///< router logits z: [N, E]
-  Tensor<Scalar, 2> probs;       ///< softmax(z) over all E: [N, E]
+  index_t tokens = 0;        ///< N = B·T; −1 in a cache whose forward threw (it then fits no x)
+  index_t n_experts = 0;     ///< E
+  index_t top_k = 0;         ///< k
+  Tensor<Scalar, 2> logits;  ///< router logits z: [N, E]
+  Tensor<Scalar, 2> probs;   ///< softmax(z) over all E: [N, E]
   Tensor<Scalar, 1> logsumexp;   ///< logsumexp(z_t): [N]
   Tensor<Scalar, 2> gates;       ///< [N, k], of every assignment, dropped ones included
   std::vector<index_t> experts;  ///< [N·k]: the expert of assignment a

@@ -164,12 +164,12 @@ void MixtureOfExperts<Scalar, Expert>::check_logits(const char* op, ConstTensorV
   const index_t n = logits.dim(0), e_count = logits.dim(1);
   const Scalar* z = logits.data();
   for (index_t i = 0; i < n * e_count; ++i) {
-    if (std::isfinite(z[i])) [[likely]] continue;
+    if (std::isfinite(z[i])) continue;
     const index_t t = i / e_count, e = i % e_count, seq = x.dim(1);
     throw Error(detail::concat(
         op, ": router logit z[", t, ", ", e, "] is ",
-        std::isnan(z[i]) ? "nan" : (z[i] > 0 ? "inf" : "-inf"), " (token ", t, " = x[", t / seq, ", ",
-        t % seq, ", :]; x: ", format_shape(x.shape()), ", router weight: ",
+        std::isnan(z[i]) ? "nan" : (z[i] > 0 ? "inf" : "-inf"), " (token ", t, " = x[", t / seq,
+        ", ", t % seq, ", :]; x: ", format_shape(x.shape()), ", router weight: ",
         format_shape(router_.weight().shape()), ", logits: ", format_shape(logits.shape()),
         "): a non-finite logit has no top-k; look for NaN or Inf in x or in router.weight"));
   }
