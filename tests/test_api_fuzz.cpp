@@ -12,7 +12,9 @@
 // unfrozen; packing, quantising (bf16, exact on small integers) and writes through the views; and
 // a whole small model through apply_lora, merging, packing, load_adapters, load_state_dict,
 // save_model / load_model round trips through a temporary file and generation, against a plain
-// twin that is never merged or packed.
+// twin that is never merged or packed. A mixture of experts of random (D, E, k) and routing
+// options is checked against the naive per-token loop written here, and its bad calls (shapes,
+// routings, NaN and Inf) against a snapshot of its state.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
@@ -29,6 +32,7 @@
 
 #include "dissect/activation.hpp"
 #include "dissect/blocks.hpp"
+#include "dissect/blocks/mixture_of_experts.hpp"
 #include "dissect/io/lora_file.hpp"
 #include "dissect/io/model_file.hpp"
 #include "dissect/io/state_dict.hpp"
@@ -825,6 +829,457 @@ TEST(ApiFuzz, PackedAndQuantisedLayersWithAdaptersAgreeWithTheReference) {
   for (int i = 0; i < testing::sweep_trials(30'000); ++i) {
     ASSERT_TRUE(fuzz.step()) << "at step " << i;
   }
+}
+
+// ---- a mixture of experts (row 84) ------------------------------------------------------------
+
+/// Random sequences of calls on a MixtureOfExperts<double> of random (D, F, E, k): forward with and
+/// without a cache, backward, zero_grad, set_routing (top-k, gating, renormalisation, the
+/// auxiliary losses, the capacity), a change to one expert's weights, a rebuild; and bad calls
+/// (x or dy of the wrong shape, a cache of another input, a routing that cannot be, NaN or Inf in
+/// x). After every call the block agrees with what this class computes on its own, or the call
+/// threw the library's exception and changed nothing.
+///
+/// The independent computation is the naive per-token loop: the logits as plain dot products,
+/// softmax, top-k (ties to the lowest index), the gates and the capacity written out here, and
+/// each token's experts run on that token alone. It agrees with the block's grouped dispatch to
+/// rounding (the expert's Linear sums in another order for one row than for a group), unless two
+/// scores are within 1e-9 of each other at the top-k's cut, where the two may choose differently:
+/// such steps are skipped and counted (random scores almost never do it).
+class MoeFuzz {
+ public:
+  explicit MoeFuzz(std::uint64_t seed) : engine_(seed), values_(seed + 1) { rebuild(); }
+
+  /// One random call; false once a check has failed.
+  bool step() {
+    switch (pick(0, 11)) {
+      case 0:
+        if (pick(0, 10) == 0) rebuild();
+        return true;
+      case 1:
+      case 2:
+        return forward(true);
+      case 3:
+        return forward(false);
+      case 4:
+      case 5:
+        return backward();
+      case 6:
+        block_->zero_grad();
+        return expect(all_zero(gradients()), "zero_grad left a gradient");
+      case 7:
+        return set_routing();
+      case 8:
+        return change_one_expert();
+      case 9:
+        return bad_input();
+      case 10:
+        return bad_routing();
+      default:
+        return non_finite_input();
+    }
+  }
+
+  int compared() const { return compared_; }
+  int skipped() const { return skipped_; }
+
+ private:
+  using Block = MixtureOfExperts<double>;
+
+  index_t pick(index_t low, index_t high) {
+    return std::uniform_int_distribution<index_t>(low, high)(engine_);
+  }
+  bool expect(bool ok, const std::string& what) {
+    if (!ok)
+      ADD_FAILURE() << what << " (E = " << e_ << ", k = " << block_->top_k() << ", D = " << d_
+                    << ")";
+    return ok;
+  }
+  static bool all_zero(const std::vector<double>& values) {
+    return std::all_of(values.begin(), values.end(), [](double v) { return v == 0; });
+  }
+
+  MoeRouting random_routing() {
+    MoeRouting r;
+    r.top_k = pick(1, e_);
+    r.gating = pick(0, 1) ? MoeGating::softmax_of_top_k : MoeGating::top_k_of_softmax;
+    r.renormalize = pick(0, 1) == 1;
+    r.load_balancing_coef = pick(0, 1) ? 0.0 : 0.01 * static_cast<double>(pick(1, 3));
+    r.z_loss_coef = pick(0, 1) ? 0.0 : 0.001 * static_cast<double>(pick(1, 3));
+    const double factors[] = {0.25, 0.5, 1.0, 1.25, 2.0};
+    if (pick(0, 2) == 0) r.capacity_factor = factors[pick(0, 4)];
+    return r;
+  }
+
+  void rebuild() {
+    d_ = pick(1, 6);
+    e_ = pick(1, 6);
+    MixtureOfExpertsOptions options;
+    options.n_experts = e_;
+    options.routing = random_routing();
+    options.seed = static_cast<std::uint64_t>(pick(0, 1'000'000));
+    block_.emplace(d_, pick(1, 6), options);
+    cache_ = Block::Cache{};
+    cached_x_.reset();
+  }
+
+  Tensor<double, 3> random_x() {
+    return testing::random_tensor<double, 3>({pick(0, 2), pick(0, 4), d_}, values_);
+  }
+
+  /// Every parameter and gradient, in order, and the routing's fields.
+  std::vector<double> state() const {
+    std::vector<double> all;
+    block_->for_each_parameter([&](const ParameterName&, auto value, auto grad) {
+      all.insert(all.end(), value.begin(), value.end());
+      all.insert(all.end(), grad.begin(), grad.end());
+    });
+    const MoeRouting& r = block_->routing();
+    all.insert(all.end(), {static_cast<double>(r.top_k), static_cast<double>(r.gating),
+                           static_cast<double>(r.renormalize), r.load_balancing_coef, r.z_loss_coef,
+                           r.capacity_factor.value_or(-1)});
+    return all;
+  }
+  std::vector<double> gradients() const {
+    std::vector<double> all;
+    block_->for_each_parameter([&](const ParameterName&, auto, auto grad) {
+      all.insert(all.end(), grad.begin(), grad.end());
+    });
+    return all;
+  }
+  std::vector<double> expert_gradients(index_t e) const {
+    std::vector<double> all;
+    block_->expert(e).for_each_parameter([&](const ParameterName&, auto, auto grad) {
+      all.insert(all.end(), grad.begin(), grad.end());
+    });
+    return all;
+  }
+
+  /// The naive per-token routing and output of x. False in `ok` for a near-tie at the cut.
+  struct Naive {
+    bool ok = true;
+    std::vector<index_t> experts;  // [N·k]
+    std::vector<bool> kept;        // [N·k]
+    std::vector<double> gates;     // [N·k]
+    index_t dropped = 0;
+    double aux_loss = 0;
+    Tensor<double, 3> y;
+  };
+  Naive naive(const Tensor<double, 3>& x) const {
+    const MoeRouting& routing = block_->routing();
+    const index_t n = x.dim(0) * x.dim(1), e_count = e_, k = routing.top_k;
+    const auto w = block_->router().weight();
+    Naive out;
+    out.y = Tensor<double, 3>(x.shape());
+    std::vector<double> z(static_cast<std::size_t>(e_count)), p(z.size());
+    std::vector<std::vector<double>> probs;
+    std::vector<double> lse;
+    std::vector<index_t> fill(static_cast<std::size_t>(e_count), 0);
+    std::vector<index_t> assigned(static_cast<std::size_t>(e_count), 0);
+    const double assignments = static_cast<double>(n * k);
+    index_t capacity = n;
+    if (routing.capacity_factor) {
+      capacity = std::min<index_t>(
+          n, static_cast<index_t>(
+                 std::ceil(*routing.capacity_factor * assignments / static_cast<double>(e_count))));
+    }
+    for (index_t t = 0; t < n; ++t) {
+      const double* x_t = x.data() + t * d_;
+      for (index_t e = 0; e < e_count; ++e) {
+        double s = 0;
+        for (index_t c = 0; c < d_; ++c) s += w(e, c) * x_t[c];
+        z[static_cast<std::size_t>(e)] = s;
+      }
+      const double max = *std::max_element(z.begin(), z.end());
+      double sum = 0;
+      for (std::size_t e = 0; e < z.size(); ++e) sum += (p[e] = std::exp(z[e] - max));
+      for (double& v : p) v /= sum;
+      probs.push_back(p);
+      lse.push_back(max + std::log(sum));
+      const bool mixtral = routing.gating == MoeGating::softmax_of_top_k;
+      const std::vector<double>& score = mixtral ? z : p;
+      std::vector<index_t> order(static_cast<std::size_t>(e_count));
+      std::iota(order.begin(), order.end(), index_t{0});
+      std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
+        return score[static_cast<std::size_t>(a)] > score[static_cast<std::size_t>(b)];
+      });
+      for (index_t j = 0; j + 1 < e_count && j < k; ++j) {  // a near-tie at or above the cut
+        if (score[static_cast<std::size_t>(order[static_cast<std::size_t>(j)])] -
+                score[static_cast<std::size_t>(order[static_cast<std::size_t>(j + 1)])] <
+            1e-9) {
+          out.ok = false;
+        }
+      }
+      std::vector<double> g(static_cast<std::size_t>(k));
+      double gsum = 0;
+      for (index_t j = 0; j < k; ++j) {
+        const auto e = static_cast<std::size_t>(order[static_cast<std::size_t>(j)]);
+        g[static_cast<std::size_t>(j)] = mixtral ? std::exp(z[e] - max) : p[e];
+        gsum += g[static_cast<std::size_t>(j)];
+      }
+      for (index_t j = 0; j < k; ++j) {
+        if (mixtral || routing.renormalize) g[static_cast<std::size_t>(j)] /= gsum;
+        const index_t e = order[static_cast<std::size_t>(j)];
+        ++assigned[static_cast<std::size_t>(e)];
+        const bool keep = fill[static_cast<std::size_t>(e)] < capacity;
+        fill[static_cast<std::size_t>(e)] += keep ? 1 : 0;
+        out.dropped += keep ? 0 : 1;
+        out.experts.push_back(e);
+        out.kept.push_back(keep);
+        out.gates.push_back(g[static_cast<std::size_t>(j)]);
+        if (!keep) continue;
+        Tensor<double, 3> row({1, 1, d_});
+        std::copy_n(x_t, d_, row.data());
+        const auto o = block_->expert(e).forward(row.cview());
+        for (index_t c = 0; c < d_; ++c) {
+          out.y.data()[t * d_ + c] += g[static_cast<std::size_t>(j)] * o.data()[c];
+        }
+      }
+    }
+    if (n > 0) {
+      double balance = 0, z_loss = 0;
+      for (index_t e = 0; e < e_count; ++e) {
+        double mean_p = 0;
+        for (const auto& row : probs) mean_p += row[static_cast<std::size_t>(e)];
+        balance += static_cast<double>(assigned[static_cast<std::size_t>(e)]) /
+                   static_cast<double>(n) * mean_p / static_cast<double>(n);
+      }
+      for (const double l : lse) z_loss += l * l;
+      out.aux_loss = routing.load_balancing_coef * balance * static_cast<double>(e_count) +
+                     routing.z_loss_coef * z_loss / static_cast<double>(n);
+    }
+    return out;
+  }
+
+  static bool same_values(const Tensor<double, 3>& a, const Tensor<double, 3>& b) {
+    return a.shape() == b.shape() && std::equal(a.begin(), a.end(), b.begin());
+  }
+  static bool near(double a, double b) { return std::abs(a - b) <= 1e-10 * (1 + std::abs(b)); }
+
+  /// y and the route against the naive loop; the gates' sums.
+  bool check_against_naive(const Tensor<double, 3>& x, const Tensor<double, 3>& y,
+                           const MoeRoute<double>& route) {
+    const Naive ref = naive(x);
+    if (!ref.ok) {
+      ++skipped_;
+      return true;
+    }
+    ++compared_;
+    const index_t n = x.dim(0) * x.dim(1), k = block_->top_k();
+    if (!expect(y.shape() == x.shape(), "forward's shape")) return false;
+    for (index_t i = 0; i < y.size(); ++i) {
+      if (!expect(near(y.data()[i], ref.y.data()[i]),
+                  concat("y[", i, "] = ", y.data()[i], ", the per-token loop ", ref.y.data()[i]))) {
+        return false;
+      }
+    }
+    if (!expect(route.experts == ref.experts, "the chosen experts")) return false;
+    if (!expect(route.dropped == ref.dropped,
+                concat("dropped ", route.dropped, " != ", ref.dropped)))
+      return false;
+    if (!expect(near(route.aux_loss, ref.aux_loss),
+                concat("aux_loss ", route.aux_loss, " != ", ref.aux_loss)))
+      return false;
+    const MoeRouting& r = block_->routing();
+    for (index_t t = 0; t < n; ++t) {
+      double sum = 0;
+      for (index_t j = 0; j < k; ++j) {
+        const auto a = static_cast<std::size_t>(t * k + j);
+        sum += route.gates.data()[a];
+        if (!expect(near(route.gates.data()[a], ref.gates[a]), "a gate") ||
+            !expect((route.rows[a] >= 0) == ref.kept[a], "a kept assignment")) {
+          return false;
+        }
+      }
+      const bool normalised = r.gating == MoeGating::softmax_of_top_k || r.renormalize;
+      if (!expect(normalised ? near(sum, 1) : sum <= 1 + 1e-12, concat("gates sum to ", sum)))
+        return false;
+    }
+    return true;
+  }
+
+  bool forward(bool with_cache) {
+    const auto x = random_x();
+    if (!with_cache) {
+      const auto y = block_->forward(x);
+      return check_against_naive(x, y, block_->route(x));
+    }
+    const auto y = block_->forward(x, cache_);
+    cached_x_ = x;
+    return check_against_naive(x, y, cache_.route) &&
+           expect(same_values(block_->forward(x), y), "forward with and without a cache differ");
+  }
+
+  bool backward() {
+    if (!cached_x_) return forward(true);
+    const Tensor<double, 3>& x = *cached_x_;
+    const auto dy = testing::random_tensor<double, 3>(x.shape(), values_);
+    block_->zero_grad();
+    const auto dx = block_->backward(x, cache_, dy);
+    const auto once = gradients();
+    // Gradients add: a second backward doubles them exactly (g + g = 2g in IEEE arithmetic).
+    block_->backward(x, cache_, dy);
+    const auto twice = gradients();
+    for (std::size_t i = 0; i < once.size(); ++i) {
+      if (!expect(twice[i] == 2 * once[i], "a second backward does not add the same gradient"))
+        return false;
+    }
+    // An expert no kept assignment reached runs not and receives nothing.
+    for (index_t e = 0; e < e_; ++e) {
+      if (cache_.route.kept(e) == 0 &&
+          !expect(all_zero(expert_gradients(e)), concat("expert ", e, " got a gradient")))
+        return false;
+    }
+    return expect(dx.shape() == x.shape(), "dx's shape");
+  }
+
+  bool set_routing() {
+    const MoeRouting r = random_routing();
+    block_->set_routing(r);
+    cached_x_.reset();  // its cache was made under the old routing
+    return expect(block_->top_k() == r.top_k && block_->routing().gating == r.gating,
+                  "set_routing");
+  }
+
+  /// Expert e's weights change: the outputs of tokens routed to e (and kept) change, every other
+  /// token's stay bit for bit as they were (the other experts run on the same rows).
+  bool change_one_expert() {
+    const auto x = random_x();
+    Block::Cache cache;
+    const auto before = block_->forward(x, cache);
+    const index_t e = pick(0, e_ - 1);
+    block_->expert(e).for_each_parameter([&](const ParameterName&, auto value, auto) {
+      for (auto& v : value) v += 0.25;
+    });
+    cached_x_.reset();
+    const auto after = block_->forward(x);
+    const index_t n = x.dim(0) * x.dim(1), k = block_->top_k();
+    for (index_t t = 0; t < n; ++t) {
+      bool routed = false;
+      for (index_t j = 0; j < k; ++j) {
+        const auto a = static_cast<std::size_t>(t * k + j);
+        routed = routed || (cache.route.experts[a] == e && cache.route.rows[a] >= 0);
+      }
+      bool same = true;
+      for (index_t c = 0; c < d_; ++c)
+        same =
+            same && after(t / x.dim(1), t % x.dim(1), c) == before(t / x.dim(1), t % x.dim(1), c);
+      if (!routed && !expect(same, concat("token ", t, " not routed to expert ", e, " changed")))
+        return false;
+    }
+    return true;
+  }
+
+  /// A call that must throw `Expected` and leave every parameter, gradient and the routing alone.
+  template <class Expected, class Call>
+  bool refused(Call&& call, const std::string& what) {
+    const auto before = state();
+    try {
+      call();
+    } catch (const Expected&) {
+      return expect(state() == before, what + " threw but changed the block");
+    } catch (const std::exception& error) {
+      return expect(false, what + " threw the wrong type: " + error.what());
+    }
+    return expect(false, what + " did not throw");
+  }
+
+  bool bad_input() {
+    const Shape<3> shape{pick(1, 2), pick(1, 3), d_};
+    const Shape<3> wrong_d{shape[0], shape[1], d_ + pick(1, 2)};
+    const auto x = testing::random_tensor<double, 3>(shape, values_);
+    switch (pick(0, 3)) {
+      case 0:
+        return refused<ShapeError>(
+            [&] { block_->forward(testing::random_tensor<double, 3>(wrong_d, values_)); },
+            "forward of a wrong width");
+      case 1: {
+        block_->forward(x, cache_);
+        cached_x_ = x;
+        const Shape<3> wrong{shape[0], shape[1] + 1, d_};
+        return refused<ShapeError>(
+            [&] { block_->backward(x, cache_, testing::random_tensor<double, 3>(wrong, values_)); },
+            "backward with dy of another shape");
+      }
+      case 2: {
+        block_->forward(x, cache_);
+        cached_x_ = x;
+        const auto other = testing::random_tensor<double, 3>({shape[0], shape[1] + 1, d_}, values_);
+        return refused<ShapeError>([&] { block_->backward(other, cache_, other); },
+                                   "backward with a cache of another input");
+      }
+      default:
+        return refused<ShapeError>(
+            [&] {
+              const auto bad = testing::random_tensor<double, 3>(wrong_d, values_);
+              block_->backward(bad, cache_, bad);
+            },
+            "backward of a wrong width");
+    }
+  }
+
+  bool bad_routing() {
+    MoeRouting r = random_routing();
+    switch (pick(0, 4)) {
+      case 0:
+        r.top_k = pick(0, 1) ? 0 : e_ + pick(1, 3);
+        break;
+      case 1:
+        r.capacity_factor = pick(0, 1) ? 0.0 : std::numeric_limits<double>::quiet_NaN();
+        break;
+      case 2:
+        r.load_balancing_coef = -0.5;
+        break;
+      case 3:
+        r.z_loss_coef = std::numeric_limits<double>::infinity();
+        break;
+      default:
+        r.gating = static_cast<MoeGating>(2 + pick(0, 5));
+    }
+    return refused<ConfigError>([&] { block_->set_routing(r); }, "set_routing of a bad routing");
+  }
+
+  /// NaN or ±Inf in x: route, both forwards throw dissect::Error; the block is unchanged, and a
+  /// cache the throw interrupted is refused by backward until a forward fills it again.
+  bool non_finite_input() {
+    auto x = testing::random_tensor<double, 3>({pick(1, 2), pick(1, 3), d_}, values_);
+    const double bad[] = {std::numeric_limits<double>::quiet_NaN(),
+                          std::numeric_limits<double>::infinity(),
+                          -std::numeric_limits<double>::infinity()};
+    x.data()[pick(0, x.size() - 1)] = bad[pick(0, 2)];
+    const bool ok =
+        refused<Error>([&] { block_->forward(x); }, "forward of a non-finite x") &&
+        refused<Error>([&] { block_->route(x); }, "route of a non-finite x") &&
+        refused<Error>([&] { block_->forward(x, cache_); }, "forward(x, cache) of a non-finite x");
+    if (!ok) return false;
+    if (cached_x_) {
+      const Tensor<double, 3>& old = *cached_x_;
+      if (!refused<ShapeError>([&] { block_->backward(old, cache_, old); },
+                               "backward with a cache whose forward threw")) {
+        return false;
+      }
+      cached_x_.reset();
+    }
+    return true;
+  }
+
+  std::mt19937_64 engine_, values_;
+  index_t d_ = 1, e_ = 1;
+  std::optional<Block> block_;
+  Block::Cache cache_;
+  std::optional<Tensor<double, 3>> cached_x_;
+  int compared_ = 0, skipped_ = 0;
+};
+
+TEST(ApiFuzz, AMixtureOfExpertsAgreesWithThePerTokenLoopOrRefusesAndChangesNothing) {
+  MoeFuzz fuzz(20261203);
+  const int steps = testing::sweep_trials(20'000);
+  for (int i = 0; i < steps; ++i) {
+    ASSERT_TRUE(fuzz.step()) << "at step " << i;
+  }
+  // Most forwards were compared; near-ties at the top-k's cut are rare.
+  EXPECT_GT(fuzz.compared(), steps / 6);
+  EXPECT_LT(fuzz.skipped(), 1 + fuzz.compared() / 100);
 }
 
 // ---- a whole small model ----------------------------------------------------------------------

@@ -2,10 +2,12 @@
 // tests/reference/gguf/make_block_fixture.cpp with llama.cpp's libggml-base) holds 16 awkward
 // rows, llama.cpp's quantisation of them in every block type and llama.cpp's dequantisation of
 // those bytes. dissect must produce the same bytes from the same floats and the same floats
-// from the same bytes, bit for bit. Then the refusals: sizes, types, non-finite values, scales
-// that overflow.
+// from the same bytes, bit for bit. tq2_0 (ternary, BitNet b1.58) too, and its dot product with
+// q8_K activations on every kernel path against llama.cpp's dequantised weights and activations.
+// Then the refusals: sizes, types, non-finite values, scales that overflow.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "dissect/io/gguf.hpp"
+#include "dissect/linear.hpp"
 #include "dissect/quant/ggml_blocks.hpp"
 #include "support/io_testing.hpp"
 
@@ -27,9 +30,13 @@ const GgufFile& fixture() {
   return file;
 }
 
-constexpr GgmlType fixture_types[] = {
-    GgmlType::f16,  GgmlType::bf16, GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
-    GgmlType::q8_0, GgmlType::q4_K, GgmlType::q5_K, GgmlType::q6_K, GgmlType::q8_K};
+// tq2_0 came last, after the others' bytes were fixed: its quantiser is ggml_quantize_chunk's
+// (quantize_tq2_0 → quantize_row_tq2_0_ref: d = max|x| of the block, code = lroundf(x/d) + 1, so
+// x = ±d/2 rounds away from zero, as row 7's halves test; a zero block has d = 0 and codes 1).
+constexpr GgmlType fixture_types[] = {GgmlType::f16,  GgmlType::bf16, GgmlType::q4_0,
+                                      GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
+                                      GgmlType::q8_0, GgmlType::q4_K, GgmlType::q5_K,
+                                      GgmlType::q6_K, GgmlType::q8_K, GgmlType::tq2_0};
 
 class GgmlBlocksAgainstLlamaCpp : public ::testing::TestWithParam<GgmlType> {};
 
@@ -82,13 +89,90 @@ TEST(GgmlBlocks, TheFixtureCoversEveryTypeDissectDecodes) {
   int decoded = 0;
   for (const GgmlTypeInfo& info : detail::ggml_type_table) {
     if (!info.decoded_by_dissect || info.type == GgmlType::f32) continue;
-    // Not yet in blocks.gguf (written before dissect decoded it): tests/test_tq2_0.cpp checks
-    // tq2_0 against llama.cpp's reference rule, transcribed there.
-    if (info.type == GgmlType::tq2_0) continue;
     ++decoded;
     EXPECT_TRUE(fixture().contains(std::string(info.name))) << info.name;
   }
   EXPECT_EQ(decoded, static_cast<int>(std::size(fixture_types)));
+}
+
+TEST(GgmlBlocks, TheFixtureHasNoTq1_0BecauseDissectDoesNotDecodeIt) {
+  // If dissect learns tq1_0, make_block_fixture.cpp must write it too (ggml type 34).
+  EXPECT_FALSE(ggml_type_info(GgmlType::tq1_0).decoded_by_dissect);
+  EXPECT_FALSE(fixture().contains("tq1_0"));
+}
+
+TEST(GgmlBlocks, Tq2_0DotWithQ8KActivationsMatchesLlamaCppsDequantisedProduct) {
+  // W: llama.cpp's tq2_0 bytes of `source` [16, 512]; x: the same 16 rows as activations. The
+  // integer paths round x to q8_K themselves: those bytes must be llama.cpp's q8_K of `source`
+  // (quantize_row_q8_K_ref), and y[i, n] must be Σ_k ŵ[n, k]·x̂[i, k] over llama.cpp's own
+  // dequantised weights and activations (`tq2_0.dequantized`, `q8_K.dequantized`), in double,
+  // within the kernel's float steps (llama.cpp's own): per block, eight int32 lanes, each scaled
+  // by d_w·d_x into a float lane by a fused multiply-add, the lanes summed at the end. A lane is
+  // not a sum of ŵ·x̃ alone: it holds Σ code·x̃ over its values less two of q8_K's sums of 16
+  // (the +1 bias), which belong to other values. Only the total is Σ (code − 1)·x̃, so the float
+  // steps round lanes as large as d_w·Σ (code + 1)·|x̂| ≤ Σ (|ŵ| + 2·d_w)·|x̂|, not Σ |ŵ·x̂|:
+  // `source`'s heavy-tailed rows, whose codes are mostly 1 (ŵ = 0), show it, e.g. y[15, 13],
+  // exactly 0, comes out as 2⁻⁷ (lanes of ~10⁵ that cancel). Bound: (K/256 + 9)·u times that
+  // magnitude, the 9th u for x̂ itself, d·q rounded to float in `q8_K.dequantized`. It is about
+  // 2e-6·d_w·Σ|x̂|: one wrong code moves y by d_w·|x̂_k|, hundreds of times more for a typical k.
+  // The scalar path is dissect's oracle: Σ x·ŵ over the float activations in double, rounded
+  // once.
+  namespace qd = quant::detail;
+  constexpr index_t rows = 16, K = 512;
+  constexpr double u = 0x1.0p-24;
+  const std::vector<float> source = fixture().dequantize("source");
+  const std::vector<float> w_hat = fixture().dequantize("tq2_0.dequantized");
+  const std::vector<float> x_hat = fixture().dequantize("q8_K.dequantized");
+  const std::span<const std::byte> blocks = fixture().bytes("tq2_0");
+  const qd::GgmlWeightsView w{WeightFormat::tq2_0,
+                              reinterpret_cast<const std::uint8_t*>(blocks.data()), rows, K};
+
+  std::vector<std::uint8_t> activations(
+      static_cast<std::size_t>(rows * ggml_row_bytes(GgmlType::q8_K, K)));
+  qd::quantize_ggml_activations(WeightFormat::tq2_0, source.data(), K, rows, K, activations.data());
+  const std::span<const std::byte> q8_k = fixture().bytes("q8_K");
+  ASSERT_EQ(activations.size(), q8_k.size());
+  EXPECT_EQ(std::memcmp(activations.data(), q8_k.data(), q8_k.size()), 0);
+
+  std::vector<float> oracle(static_cast<std::size_t>(rows * rows));
+  qd::ggml_matmul(quant::KernelPath::scalar, w, source.data(), K, rows, oracle.data(), rows,
+                  nullptr, 1);
+  for (const quant::KernelPath path : {quant::KernelPath::avx2, quant::KernelPath::avx512_vnni}) {
+    if (!quant::cpu_supports(path)) continue;
+    SCOPED_TRACE(std::string(quant::kernel_path_name(path)));
+    std::vector<float> y(static_cast<std::size_t>(rows * rows));
+    qd::ggml_matmul(path, w, source.data(), K, rows, y.data(), rows, nullptr, 1);
+    int checked = 0;
+    for (index_t i = 0; i < rows; ++i) {
+      for (index_t n = 0; n < rows; ++n) {
+        double exact = 0, magnitude = 0;
+        for (index_t block = 0; block < K / 256; ++block) {
+          const float* wb = w_hat.data() + n * K + block * 256;
+          const float* xb = x_hat.data() + i * K + block * 256;
+          double d_w = 0;  // the block's scale: max|x| of its source, so max|ŵ| (some code ≠ 1)
+          for (index_t k = 0; k < 256; ++k) d_w = std::max(d_w, std::fabs(double(wb[k])));
+          for (index_t k = 0; k < 256; ++k) {
+            exact += double(wb[k]) * xb[k];
+            magnitude += (std::fabs(double(wb[k])) + 2 * d_w) * std::fabs(double(xb[k]));
+          }
+        }
+        const double bound = (double(K / 256) + 9) * u * magnitude;
+        EXPECT_LE(std::fabs(y[std::size_t(i * rows + n)] - exact), bound)
+            << "y[" << i << ", " << n << "]";
+        ++checked;
+      }
+    }
+    EXPECT_EQ(checked, rows * rows);
+  }
+  for (index_t i = 0; i < rows; ++i) {
+    for (index_t n = 0; n < rows; ++n) {
+      double exact = 0;
+      for (index_t k = 0; k < K; ++k) {
+        exact += double(w_hat[std::size_t(n * K + k)]) * source[std::size_t(i * K + k)];
+      }
+      EXPECT_EQ(oracle[std::size_t(i * rows + n)], float(exact)) << "y[" << i << ", " << n << "]";
+    }
+  }
 }
 
 TEST(GgmlBlocks, QuantisedErrorIsWithinEachFormatsStep) {

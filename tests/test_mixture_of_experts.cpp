@@ -4,7 +4,8 @@
 // their gradient alone), the grouped dispatch against the naive per-token loop bit for bit in
 // double, finite differences in double away from gating ties, the routing by hand (ties, the
 // capacity, the dropped-assignment count, an expert that receives no token, empty batches), and
-// the errors of bad configs and shapes (docs/reliability.md row 78).
+// the errors of bad configs and shapes (docs/reliability.md row 78) and of router logits that are
+// not finite (row 84).
 #include "dissect/blocks/mixture_of_experts.hpp"
 
 #include <gtest/gtest.h>
@@ -887,6 +888,79 @@ TEST(MoeErrors, WrongShapesAreShapeErrorsAndLeaveGradientsUntouched) {
   typename MixtureOfExperts<float>::Cache empty;
   EXPECT_THROW_WITH(block.backward(x, empty, x), ShapeError, "the cache does not fit x [2, 3, 8]");
   EXPECT_EQ(gradients_of(block), before);
+}
+
+TEST(MoeErrors, ANonFiniteRouterLogitIsAnErrorNamingTheTokenAndTheShapes) {
+  // NaN, +Inf and −Inf in one element of x or of the router's weight, under both gatings: each
+  // makes a logit non-finite (Inf·w sums to ±Inf or to Inf − Inf = NaN), which route(), both
+  // forwards and so every caller (the decoder layer, generation) refuse by name.
+  constexpr float nan = std::numeric_limits<float>::quiet_NaN();
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  std::mt19937_64 engine(84);
+  for (const MoeGating gating : {MoeGating::softmax_of_top_k, MoeGating::top_k_of_softmax}) {
+    MixtureOfExperts<float> block(
+        8, 16, options_of(4, routing_of(2, gating, true, 0.02, 0.001, std::nullopt), 1));
+    const auto x = random_tensor<float, 3>({2, 3, 8}, engine);
+    const auto dy = random_tensor<float, 3>({2, 3, 8}, engine);
+    for (const float bad : {nan, inf, -inf}) {
+      SCOPED_TRACE(testing::concat_for_trace(to_string(gating), bad));
+      auto poisoned = x;
+      poisoned.data()[(1 * 3 + 2) * 8 + 5] = bad;  // x[1, 2, 5]: token 5
+      // Every logit of token 5 is non-finite; the first, expert 0's, is named.
+      const std::string where = "router logit z[5, 0] is ";
+      const std::string shapes =
+          " (token 5 = x[1, 2, :]; x: [2, 3, 8], router weight: [4, 8], logits: [6, 4])";
+      EXPECT_THROW_WITH(block.forward(poisoned), Error, "MixtureOfExperts::forward: " + where);
+      EXPECT_THROW_WITH(block.forward(poisoned), Error, shapes);
+      EXPECT_THROW_WITH(block.forward(poisoned), Error,
+                        "a non-finite logit has no top-k; look for NaN or Inf in x or in "
+                        "router.weight");
+      EXPECT_THROW_WITH(block.route(poisoned), Error, "MixtureOfExperts::route: " + where);
+      if (bad == -inf) {  // one −Inf in x: logit 0 is −Inf·W_router[0, 5] = ∓Inf, not NaN
+        const std::string sign = block.router().weight().data()[5] > 0 ? "-inf" : "inf";
+        EXPECT_THROW_WITH(block.forward(poisoned), Error, "z[5, 0] is " + sign + " (token 5");
+      }
+
+      // The cached forward: the cache of a good step is spoiled by the throw, and backward
+      // refuses it rather than read half-overwritten buffers; the block and its gradients are
+      // untouched; the next good forward works again.
+      block.zero_grad();
+      typename MixtureOfExperts<float>::Cache cache;
+      const auto y = block.forward(x, cache);
+      const auto before = gradients_of(block);
+      EXPECT_THROW_WITH(block.forward(poisoned, cache), Error,
+                        "MixtureOfExperts::forward: " + where);
+      EXPECT_THROW_WITH(block.backward(x, cache, dy), ShapeError,
+                        "MixtureOfExperts::backward: the cache does not fit x [2, 3, 8] (the "
+                        "forward that filled it threw)");
+      EXPECT_EQ(gradients_of(block), before);
+      EXPECT_TENSOR_EQ(block.forward(x, cache), y);
+      block.backward(x, cache, dy);
+      EXPECT_NE(gradients_of(block), before);
+    }
+
+    // A non-finite router weight poisons every token; the first is named.
+    for (const float bad : {nan, inf}) {
+      MixtureOfExperts<float> broken = block;
+      broken.router().weight().data()[1 * 8 + 3] = bad;  // W_router[1, 3]: expert 1's logits
+      EXPECT_THROW_WITH(broken.forward(x), Error,
+                        "MixtureOfExperts::forward: router logit z[0, 1] is ");
+      EXPECT_THROW_WITH(broken.forward(x), Error, "(token 0 = x[0, 0, :]; x: [2, 3, 8]");
+    }
+  }
+
+  // NaN in a token's features that the router's weight multiplies by 0 is still NaN (0·NaN):
+  // no row escapes; an empty batch has no logit to check and gives an empty y.
+  MixtureOfExperts<double> block(
+      4, 6,
+      options_of(3, routing_of(1, MoeGating::softmax_of_top_k, false, 0, 0, std::nullopt), 2));
+  block.router().weight().fill(0);
+  Tensor<double, 3> x({1, 2, 4});
+  x.data()[4] = std::numeric_limits<double>::quiet_NaN();  // x[0, 1, 0]
+  EXPECT_THROW_WITH(block.forward(x), Error,
+                    "router logit z[1, 0] is nan (token 1 = x[0, 1, :]; x: [1, 2, 4], router "
+                    "weight: [3, 4], logits: [2, 3])");
+  EXPECT_EQ(block.forward(Tensor<double, 3>({0, 5, 4})).shape(), (Shape<3>{0, 5, 4}));
 }
 
 }  // namespace test_mixture_of_experts

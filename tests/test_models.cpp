@@ -16,6 +16,7 @@
 #include "dissect/count.hpp"
 #include "dissect/forward_chain.hpp"
 #include "dissect/models/decoder_model.hpp"
+#include "dissect/models/generate.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/small_models.hpp"
@@ -565,6 +566,33 @@ TEST(ModelErrors, ExpertsMustMatchTheFamilyAndFitTheirCount) {
   config = small_mixtral();
   config.n_experts = -2;
   EXPECT_THROW_WITH(config.validate(), ConfigError, "n_experts must be >= 0");
+}
+
+TEST(ModelErrors, AMixtralTokenWithNaNStopsAtTheFirstRouterNamingIt) {
+  // docs/reliability.md row 84: a NaN embedding row reaches layer 0's router through its norm; the
+  // full forward, the cached decode step (T = 1, the path generate() takes) and generate() itself
+  // all throw the block's Error rather than return NaN logits. The NaN token comes first: through
+  // attention (0·NaN in P·V) a NaN token makes every token of its sequence NaN, and the error
+  // names the first.
+  MixtralModel<float> model(small_mixtral(), {.seed = 5});
+  const index_t d = small_mixtral().d_model;
+  bool poisoned_row = false;
+  model.for_each_parameter([&](const ParameterName&, auto value, auto) {
+    if (poisoned_row) return;  // the first parameter is the token embedding [V, D]
+    value.data()[5 * d + 2] = std::nanf("");
+    poisoned_row = true;
+  });
+  const std::vector<index_t> prompt{5, 1, 2};
+  EXPECT_THROW_WITH(model.forward(TokenBatch{prompt, 1, 3}), Error,
+                    "MixtureOfExperts::forward: router logit z[0, 0] is nan (token 0 = x[0, 0, :]; "
+                    "x: [1, 3, 16], router weight: [4, 16], logits: [3, 4])");
+  auto kv = model.make_kv_cache(1);
+  const std::vector<index_t> good{1, 2}, poisoned{5};
+  EXPECT_TRUE(model.forward(TokenBatch{good, 1, 2}, kv).matrix().allFinite());
+  EXPECT_THROW_WITH(model.forward(TokenBatch{poisoned, 1, 1}, kv), Error,
+                    "router logit z[0, 0] is nan (token 0 = x[0, 0, :]; x: [1, 1, 16]");
+  EXPECT_THROW_WITH(generate(model, prompt, {.max_new_tokens = 2}, [](index_t) {}), Error,
+                    "MixtureOfExperts::forward: router logit z[0, 0] is nan");
 }
 
 TEST(ModelErrors, AConfigOfAnotherFamilyOrWithNanIsRefused) {

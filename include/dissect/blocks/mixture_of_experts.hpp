@@ -102,11 +102,11 @@ concept MoeExpert = Module<E> &&
 /// routing. Assignment a = t·k + j is token t's j-th choice (j = 0 the highest score).
 template <class Scalar>
 struct MoeRoute {
-  index_t tokens = 0;            ///< N = B·T
-  index_t n_experts = 0;         ///< E
-  index_t top_k = 0;             ///< k
-  Tensor<Scalar, 2> logits;      ///< router logits z: [N, E]
-  Tensor<Scalar, 2> probs;       ///< softmax(z) over all E: [N, E]
+  index_t tokens = 0;        ///< N = B·T; −1 in a cache whose forward threw (it then fits no x)
+  index_t n_experts = 0;     ///< E
+  index_t top_k = 0;         ///< k
+  Tensor<Scalar, 2> logits;  ///< router logits z: [N, E]
+  Tensor<Scalar, 2> probs;   ///< softmax(z) over all E: [N, E]
   Tensor<Scalar, 1> logsumexp;   ///< logsumexp(z_t): [N]
   Tensor<Scalar, 2> gates;       ///< [N, k], of every assignment, dropped ones included
   std::vector<index_t> experts;  ///< [N·k]: the expert of assignment a
@@ -137,6 +137,13 @@ struct MoeRoute {
 ///
 /// State-dict names: "router.weight" [E, D] (Hugging Face's "block_sparse_moe.gate.weight") and
 /// "experts.<e>.gate.weight", "…up.weight", "…down.weight" (HF's w1, w3, w2).
+///
+/// A router logit that is NaN or ±Inf (from NaN or Inf in x or in the router's weight) is an
+/// Error, not a NaN output: the choice of experts is discrete, and a non-finite score makes it
+/// meaningless (a NaN never wins a comparison, so such a token would go to experts 0 … k − 1 with
+/// NaN gates). Unlike a layer's IEEE propagation (docs/reliability.md rows 18 and 84), the block
+/// says so at once. The check reads the N×E logits once after the router's product and allocates
+/// nothing unless it throws.
 ///
 /// The oracle beside this fast path is the per-token loop in tests/test_mixture_of_experts.cpp:
 /// with row-independent experts, the grouped dispatch equals it bit for bit in double.
@@ -194,13 +201,17 @@ class MixtureOfExperts : public ComposedModule<MixtureOfExperts<Scalar, Expert>>
   // parameter_count: from ComposedModule.
 
   /// x: [B, T, D] → the routing of its B·T tokens (the router's product and the choices; no
-  /// expert runs). @throws ShapeError if x is not [B, T, D].
+  /// expert runs). @throws ShapeError if x is not [B, T, D]; Error if a router logit is not
+  /// finite, naming the op, the token (its index and x[b, t, :]), the expert and the shapes of
+  /// x, the router's weight and the logits.
   MoeRoute<Scalar> route(ConstTensorView<Scalar, 3> x) const;
 
   /// x: [B, T, D] → y: [B, T, D], keeping nothing (each expert's forward without a cache: fused
-  /// when the expert is packed). @throws ShapeError if x is not [B, T, D].
+  /// when the expert is packed). @throws ShapeError if x is not [B, T, D]; Error if a router
+  /// logit is NaN or ±Inf (as route(), with the op MixtureOfExperts::forward).
   Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 3> x) const;
   /// As forward, keeping the routing (its counts and losses) and what backward needs in `cache`.
+  /// After a throw the cache fits no input: backward refuses it until a forward succeeds.
   Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 3> x, Cache& cache) const;
 
   /// x: [B, T, D], cache from forward(x, cache), dy: [B, T, D] → dx: [B, T, D]: the gradient of
@@ -220,7 +231,10 @@ class MixtureOfExperts : public ComposedModule<MixtureOfExperts<Scalar, Expert>>
 
   std::size_t checked_expert(index_t e) const;
   void check_parts() const;
-  void route_into(ConstTensorView<Scalar, 3> x, MoeRoute<Scalar>& route) const;
+  void route_into(const char* op, ConstTensorView<Scalar, 3> x, MoeRoute<Scalar>& route) const;
+  /// @throws Error naming op, the token and the shapes if a logit [N, E] is NaN or ±Inf.
+  void check_logits(const char* op, ConstTensorView<Scalar, 3> x,
+                    const Tensor<Scalar, 2>& logits) const;
   /// Expert e's rows of x, gathered in its group's order: [1, n_e, D].
   void gather(ConstTensorView<Scalar, 3> x, const MoeRoute<Scalar>& route, index_t e,
               Tensor<Scalar, 3>& rows) const;

@@ -3,8 +3,8 @@
 // never do).
 //
 // The file holds one F32 tensor "source" [16 rows × 512] of deliberately awkward rows, and for
-// each block type T: tensor "T" of type T (ggml_quantize_chunk(T, source) — what
-// llama_model_quantize runs without an importance matrix; q8_K, an activation format that
+// each block type T (f16 … q8_K, then tq2_0): tensor "T" of type T (ggml_quantize_chunk(T,
+// source) — what llama_model_quantize runs without an importance matrix; q8_K, an activation format that
 // ggml_quantize_chunk refuses, comes from quantize_row_q8_K_ref) and tensor "T.dequantized"
 // [16 × 512] F32 (ggml's dequantize_row_T of those bytes). Its metadata has one key of every
 // GGUF value type, with values the reader test knows.
@@ -46,6 +46,7 @@ void dequantize_row_q4_K(const void* x, float* y, int64_t k);
 void dequantize_row_q5_K(const void* x, float* y, int64_t k);
 void dequantize_row_q6_K(const void* x, float* y, int64_t k);
 void dequantize_row_q8_K(const void* x, float* y, int64_t k);
+void dequantize_row_tq2_0(const void* x, float* y, int64_t k);
 gguf_context* gguf_init_empty(void);
 void gguf_free(gguf_context* ctx);
 void gguf_set_val_u8(gguf_context*, const char*, uint8_t);
@@ -176,6 +177,9 @@ int main(int argc, char** argv) {
       {"q5_K", 13, dequantize_row_q5_K},
       {"q6_K", 14, dequantize_row_q6_K},
       {"q8_K", 15, dequantize_row_q8_K},
+      // Added after the others, so their bytes and offsets in the file stay as they were. TQ1_0
+      // (34) is not here: dissect does not decode it.
+      {"tq2_0", 35, dequantize_row_tq2_0},
   };
   const std::vector<float> source = make_source();
 

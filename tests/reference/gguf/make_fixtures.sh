@@ -20,7 +20,9 @@
 #                      the size and FNV-1a 64 digest of llama_model_quantize's q4_0, q6_k and
 #                      q5_k_m LLaMA and q4_k_m and q4_0 GPT-2 files (not committed themselves)
 # The vocabularies come from .deps/npm (scripts/install-tokenizers puts them there).
+# `make_fixtures.sh blocks` writes blocks.gguf alone (no Node, no vocabularies, seconds).
 set -euo pipefail
+only=${1:-}
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
 prefix=$repo/.deps/llama
@@ -36,6 +38,11 @@ build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
 c++ -std=c++17 -O1 "$here/make_block_fixture.cpp" -L"$libs" -l:libggml-base.so \
     -Wl,-rpath,"$libs" -o "$build/make_block_fixture"
+if [ "$only" = blocks ]; then
+  "$build/make_block_fixture" "$here/blocks.gguf"
+  ls -la "$here/blocks.gguf"
+  exit 0
+fi
 c++ -std=c++17 -O1 "$here/quantize_with_llama.cpp" -L"$libs" -l:libllama.v0.5.0.so \
     -Wl,-rpath,"$libs" -o "$build/quantize_with_llama"
 c++ -std=c++20 -O2 -I"$repo/include" -I"$repo/tests" -I/usr/include/eigen3 \

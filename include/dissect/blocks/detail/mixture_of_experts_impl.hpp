@@ -152,22 +152,44 @@ template <class Scalar, class Expert>
 MoeRoute<Scalar> MixtureOfExperts<Scalar, Expert>::route(ConstTensorView<Scalar, 3> x) const {
   check_block_tokens("MixtureOfExperts::route", "x", x, "D", d_model());
   MoeRoute<Scalar> result;
-  route_into(x, result);
+  route_into("MixtureOfExperts::route", x, result);
   return result;
+}
+
+template <class Scalar, class Expert>
+void MixtureOfExperts<Scalar, Expert>::check_logits(const char* op, ConstTensorView<Scalar, 3> x,
+                                                    const Tensor<Scalar, 2>& logits) const {
+  // One pass over the N·E logits, E ≪ D: a few percent of the router's own product. isfinite
+  // catches NaN and ±Inf alike; each makes the softmax NaN (Inf − Inf) and the top-k arbitrary.
+  const index_t n = logits.dim(0), e_count = logits.dim(1);
+  const Scalar* z = logits.data();
+  for (index_t i = 0; i < n * e_count; ++i) {
+    if (std::isfinite(z[i])) continue;
+    const index_t t = i / e_count, e = i % e_count, seq = x.dim(1);
+    throw Error(detail::concat(
+        op, ": router logit z[", t, ", ", e, "] is ",
+        std::isnan(z[i]) ? "nan" : (z[i] > 0 ? "inf" : "-inf"), " (token ", t, " = x[", t / seq,
+        ", ", t % seq, ", :]; x: ", format_shape(x.shape()), ", router weight: ",
+        format_shape(router_.weight().shape()), ", logits: ", format_shape(logits.shape()),
+        "): a non-finite logit has no top-k; look for NaN or Inf in x or in router.weight"));
+  }
 }
 
 // x: [B, T, D]  W_router: [E, D]  →  route: logits, probs [N, E], gates [N, k], groups.
 template <class Scalar, class Expert>
-void MixtureOfExperts<Scalar, Expert>::route_into(ConstTensorView<Scalar, 3> x,
+void MixtureOfExperts<Scalar, Expert>::route_into(const char* op, ConstTensorView<Scalar, 3> x,
                                                   MoeRoute<Scalar>& r) const {
   const index_t n = checked_mul(x.dim(0), x.dim(1), "MixtureOfExperts: B·T");
   const index_t e_count = n_experts(), k = routing_.top_k;
   const index_t assignments = checked_mul(n, k, "MixtureOfExperts: B·T·top_k");
-  r.tokens = n;
+  // Until the routing is whole, the route fits no input: a backward with a cache whose forward
+  // threw is refused by check_cache instead of reading half-overwritten buffers.
+  r.tokens = -1;
   r.n_experts = e_count;
   r.top_k = k;
   auto logits = reuse_buffer(r.logits, Shape<2>{n, e_count});
   router_.forward_into(x, logits.reshape(Shape<3>{x.dim(0), x.dim(1), e_count}));
+  check_logits(op, x, r.logits);
   reuse_buffer(r.probs, Shape<2>{n, e_count});
   reuse_buffer(r.logsumexp, Shape<1>{n});
   reuse_buffer(r.gates, Shape<2>{n, k});
@@ -241,6 +263,7 @@ void MixtureOfExperts<Scalar, Expert>::route_into(ConstTensorView<Scalar, 3> x,
   }
   r.aux_loss =
       routing_.load_balancing_coef * r.load_balancing_loss + routing_.z_loss_coef * r.z_loss;
+  r.tokens = n;
 }
 
 template <class Scalar, class Expert>
@@ -281,7 +304,7 @@ template <class Scalar, class Expert>
 Tensor<Scalar, 3> MixtureOfExperts<Scalar, Expert>::forward(ConstTensorView<Scalar, 3> x) const {
   check_block_tokens("MixtureOfExperts::forward", "x", x, "D", d_model());
   MoeRoute<Scalar> r;
-  route_into(x, r);
+  route_into("MixtureOfExperts::forward", x, r);
   std::vector<Tensor<Scalar, 3>> outputs(static_cast<std::size_t>(n_experts()));
   Tensor<Scalar, 3> rows;
   for (index_t e = 0; e < n_experts(); ++e) {
@@ -297,7 +320,7 @@ Tensor<Scalar, 3> MixtureOfExperts<Scalar, Expert>::forward(ConstTensorView<Scal
                                                             Cache& cache) const {
   check_block_tokens("MixtureOfExperts::forward", "x", x, "D", d_model());
   auto& r = cache.route;
-  route_into(x, r);
+  route_into("MixtureOfExperts::forward", x, r);
   const auto count = static_cast<std::size_t>(n_experts());
   cache.inputs.resize(count);
   cache.outputs.resize(count);
@@ -332,6 +355,10 @@ void MixtureOfExperts<Scalar, Expert>::check_cache(const char* op, ConstTensorVi
     fits = cache.inputs[e].shape() == rows && cache.outputs[e].shape() == rows;
   }
   if (!fits) {
+    if (r.tokens < 0) {  // route_into threw (a non-finite logit) before the routing was whole
+      throw ShapeError(detail::concat(op, ": the cache does not fit x ", format_shape(x.shape()),
+                                      " (the forward that filled it threw)", block_cache_hint));
+    }
     throw ShapeError(detail::concat(op, ": the cache does not fit x ", format_shape(x.shape()),
                                     " (it routed ", r.tokens, " tokens to top ", r.top_k, " of ",
                                     r.n_experts, " experts; x has ", n, " tokens for top ", k,
