@@ -200,7 +200,9 @@ TEST(Conv2dGradients, MatchFiniteDifferences) {
     };
     ASSERT_GRADIENT_OK(testing::gradcheck(loss, x, dx));
     ASSERT_GRADIENT_OK(testing::gradcheck(loss, conv.weight(), conv.weight_grad()));
-    if (bias) ASSERT_GRADIENT_OK(testing::gradcheck(loss, conv.bias(), conv.bias_grad()));
+    if (bias) {
+      ASSERT_GRADIENT_OK(testing::gradcheck(loss, conv.bias(), conv.bias_grad()));
+    }
   }
 }
 
