@@ -143,6 +143,135 @@ template <class Scalar>
 class BatchNorm1dTyped : public ::testing::Test {};
 TYPED_TEST_SUITE(BatchNorm1dTyped, testing::FloatAndDouble);
 
+// Bounds, derived as test_norm.cpp derives LayerNorm's (a channel here is a row there, its n =
+// N·L values the row's D): each computed value is within γ_L·scale of the exact one, the scale
+// being the computation redone on magnitudes, and two implementations within twice that. Per
+// channel, with a_j = (|x_j − μ| + |x_j| + |μ|)·rstd and G_j = |dy_j·γ|:
+//   y:  |γ|·a_j + |β|,                            L = 2n + 8
+//   dx: rstd·(G_j + mean(G) + 2·a_j·mean(G ⊙ a)),  L = 4n + 16
+//   dγ: Σ|dy_j|·a_j (L = 3n + 8),  dβ: Σ|dy_j| (L = n)
+// The running statistics carry their previous bound forward, times 1 − m, and add the update's:
+//   mean: (1 − m)·|rm| + m·Σ|x_j|/n (L = n + 4);  var: (1 − m)·|rv| + m·n/(n − 1)·Σ(|x_j − μ| +
+//   |x_j| + |μ|)²/n (L = 2n + 12).
+// In evaluation μ and σ² are the running statistics, on which the two implementations already
+// differ by up to (b_m, b_v): that difference moves y by |γ|·(rstd·b_m + |x − μ|·rstd³/2·b_v),
+// and dx, dγ alike, on top of their own rounding (L = 8, 4 and n + 8).
+struct ChannelBounds {
+  std::vector<double> y, dx, dweight, dbias;
+};
+
+template <class Scalar>
+double two_gamma(index_t length) {
+  return 2 * testing::gamma<Scalar>(length);
+}
+
+/// The bounds of one forward and backward on x (flat [outer, C, inner]) with the statistics
+/// (mean, var) of each channel, batch or running, and their discrepancy (b_mean, b_var).
+template <class Scalar>
+ChannelBounds channel_bounds(const std::vector<double>& x, const std::vector<double>& dy,
+                             index_t outer, index_t channels, index_t inner, bool batch_statistics,
+                             const std::vector<double>& mean, const std::vector<double>& var,
+                             const std::vector<double>& b_mean, const std::vector<double>& b_var,
+                             const std::vector<double>& weight, const std::vector<double>& bias,
+                             double eps) {
+  const index_t n = outer * inner;
+  constexpr double tiny = std::numeric_limits<double>::denorm_min();
+  ChannelBounds b{std::vector<double>(x.size(), tiny), std::vector<double>(x.size(), tiny),
+                  std::vector<double>(channels, tiny), std::vector<double>(channels, tiny)};
+  const auto at = [&](index_t i, index_t c, index_t l) { return (i * channels + c) * inner + l; };
+  for (index_t c = 0; c < channels; ++c) {
+    const double mu = mean[c], rstd = 1 / std::sqrt(var[c] + eps);
+    const double gamma = std::abs(weight[c]), beta = std::abs(bias[c]);
+    double mean_g = 0, mean_ga = 0;
+    for (index_t i = 0; i < outer; ++i)
+      for (index_t l = 0; l < inner; ++l) {
+        const double v = x[at(i, c, l)];
+        const double a = (std::abs(v - mu) + std::abs(v) + std::abs(mu)) * rstd;
+        const double g = std::abs(dy[at(i, c, l)]) * gamma;
+        mean_g += g / static_cast<double>(n);
+        mean_ga += g * a / static_cast<double>(n);
+      }
+    for (index_t i = 0; i < outer; ++i)
+      for (index_t l = 0; l < inner; ++l) {
+        const index_t k = at(i, c, l);
+        const double v = x[k], d = std::abs(dy[k]);
+        const double a = (std::abs(v - mu) + std::abs(v) + std::abs(mu)) * rstd;
+        // How far the other implementation's statistics move x̂ (0 with batch statistics).
+        const double shift =
+            rstd * b_mean[c] + std::abs(v - mu) * rstd * rstd * rstd / 2 * b_var[c];
+        if (batch_statistics) {
+          b.y[k] += two_gamma<Scalar>(2 * n + 8) * (gamma * a + beta);
+          b.dx[k] += two_gamma<Scalar>(4 * n + 16) * rstd * (d * gamma + mean_g + 2 * a * mean_ga);
+          b.dweight[c] += two_gamma<Scalar>(3 * n + 8) * d * a;
+        } else {
+          b.y[k] += two_gamma<Scalar>(8) * (gamma * a + beta) + gamma * shift;
+          b.dx[k] += two_gamma<Scalar>(4) * d * gamma * rstd +
+                     d * gamma * rstd * rstd * rstd / 2 * b_var[c];
+          b.dweight[c] += two_gamma<Scalar>(n + 8) * d * a + d * shift;
+        }
+        b.dbias[c] += two_gamma<Scalar>(n) * d;
+      }
+  }
+  return b;
+}
+
+/// The bounds of a training step's running statistics, from the previous ones and their bounds.
+template <class Scalar>
+void running_bounds(const std::vector<double>& x, index_t outer, index_t channels, index_t inner,
+                    double momentum, const std::vector<double>& previous_mean,
+                    const std::vector<double>& previous_var, std::vector<double>& b_mean,
+                    std::vector<double>& b_var) {
+  const index_t n = outer * inner;
+  const double count = static_cast<double>(n), keep = 1 - momentum;
+  for (index_t c = 0; c < channels; ++c) {
+    double mu = 0, sum_abs = 0;
+    for (index_t i = 0; i < outer; ++i)
+      for (index_t l = 0; l < inner; ++l) mu += x[(i * channels + c) * inner + l] / count;
+    double var_scale = 0;
+    for (index_t i = 0; i < outer; ++i)
+      for (index_t l = 0; l < inner; ++l) {
+        const double v = x[(i * channels + c) * inner + l];
+        sum_abs += std::abs(v);
+        const double s = std::abs(v - mu) + std::abs(v) + std::abs(mu);
+        var_scale += s * s / count;
+      }
+    b_mean[c] = keep * b_mean[c] + two_gamma<Scalar>(n + 4) * (keep * std::abs(previous_mean[c]) +
+                                                               momentum * sum_abs / count);
+    b_var[c] = keep * b_var[c] +
+               two_gamma<Scalar>(2 * n + 12) *
+                   (keep * std::abs(previous_var[c]) + momentum * count / (count - 1) * var_scale);
+  }
+}
+
+/// Per-channel mean and biased variance of x, in double.
+std::pair<std::vector<double>, std::vector<double>> batch_statistics(const std::vector<double>& x,
+                                                                     index_t outer,
+                                                                     index_t channels,
+                                                                     index_t inner) {
+  std::vector<double> mean(channels, 0.0), var(channels, 0.0);
+  const double count = static_cast<double>(outer * inner);
+  for (index_t c = 0; c < channels; ++c) {
+    for (index_t i = 0; i < outer; ++i)
+      for (index_t l = 0; l < inner; ++l) mean[c] += x[(i * channels + c) * inner + l] / count;
+    for (index_t i = 0; i < outer; ++i)
+      for (index_t l = 0; l < inner; ++l) {
+        const double d = x[(i * channels + c) * inner + l] - mean[c];
+        var[c] += d * d / count;
+      }
+  }
+  return {mean, var};
+}
+
+template <class T>
+std::vector<double> values_of(const T& tensor) {
+  return {tensor.begin(), tensor.end()};
+}
+
+template <std::size_t Rank>
+Tensor<double, Rank> bound_tensor(const Shape<Rank>& shape, const std::vector<double>& values) {
+  return Tensor<double, Rank>(shape, values);
+}
+
 template <class Scalar, std::size_t Rank>
 void check_fixture(const testing::Fixture& fixture) {
   const auto tensor = [&](const char* name) {
@@ -152,50 +281,61 @@ void check_fixture(const testing::Fixture& fixture) {
     return testing::tensor_from<Scalar, 1>(fixture.tensor(name));
   };
   const auto x1 = tensor("x1"), x2 = tensor("x2"), dy = tensor("dy");
-  BatchNorm1d<Scalar> norm(x1.dim(1), {.eps = std::stod(fixture.meta_str("eps")),
-                                       .momentum = std::stod(fixture.meta_str("momentum"))});
+  const double eps = std::stod(fixture.meta_str("eps"));
+  const double momentum = std::stod(fixture.meta_str("momentum"));
+  BatchNorm1d<Scalar> norm(x1.dim(1), {.eps = eps, .momentum = momentum});
   norm.set_weight(vector("weight").view());
   norm.set_bias(vector("bias").view());
-  // Statistics and outputs run in double here; torch rounds each step to the dtype. A channel's
-  // n values give y within a few ulps of the output's scale for float: |x̂·γ| + |β| ≤ (√n + 1)·
-  // max|γ, β| bounds it, and the tolerance is c·u·that scale with c = 16 + n (n-long sums in
-  // torch). In double both are within a few ulps of exact.
-  const index_t count = x1.size() / x1.dim(1);
-  const double u = testing::unit_roundoff<Scalar>();
-  const double tolerance = (16.0 + static_cast<double>(count)) * u;
-  const auto near = [&](const auto& actual, const auto& expected, double scale) {
-    EXPECT_TENSOR_NEAR(actual, expected, tolerance, tolerance * scale);
+  const index_t outer = x1.dim(0), channels = x1.dim(1), inner = Rank == 3 ? x1.dim(2) : 1;
+  const auto weight = values_of(norm.weight()), bias = values_of(norm.bias());
+  const auto v1 = values_of(x1), v2 = values_of(x2), vdy = values_of(dy);
+  const std::vector<double> none(channels, 0.0);
+  const auto within = [&](const auto& actual, const auto& expected,
+                          const std::vector<double>& bound) {
+    EXPECT_TENSOR_WITHIN(testing::to_double(actual), testing::to_double(expected),
+                         bound_tensor(testing::to_double(actual).shape(), bound));
   };
-  double param_scale = 0;
-  for (index_t c = 0; c < x1.dim(1); ++c) {
-    param_scale = std::max({param_scale, std::abs(static_cast<double>(norm.weight()(c))),
-                            std::abs(static_cast<double>(norm.bias()(c)))});
-  }
-  const double y_scale = (std::sqrt(static_cast<double>(count)) + 1) * param_scale;
 
+  // Step 1: batch statistics of x1; the running statistics move from (0, 1).
+  std::vector<double> b_mean(channels, 0.0), b_var(channels, 0.0);
   typename BatchNorm1d<Scalar>::Cache cache;
-  near(norm.forward(x1, cache), tensor("y1"), y_scale);
-  near(norm.running_mean(), vector("running_mean1"), 4);
-  near(norm.running_var(), vector("running_var1"), 8);
-  const auto y2 = norm.forward(x2, cache);
-  near(y2, tensor("y2"), y_scale);
-  const double dy_scale = count * param_scale * 4;  // Σ|dy| over a channel, |dy| < 4 (randn)
-  near(norm.backward(x2, cache, dy), tensor("dx2"), dy_scale);
-  near(norm.weight_grad(), vector("dweight2"), dy_scale);
-  near(norm.bias_grad(), vector("dbias2"), dy_scale);
-  near(norm.running_mean(), vector("running_mean2"), 4);
-  near(norm.running_var(), vector("running_var2"), 8);
+  const auto [mean1, var1] = batch_statistics(v1, outer, channels, inner);
+  const auto step1 = channel_bounds<Scalar>(v1, vdy, outer, channels, inner, true, mean1, var1,
+                                            none, none, weight, bias, eps);
+  within(norm.forward(x1, cache), tensor("y1"), step1.y);
+  running_bounds<Scalar>(v1, outer, channels, inner, momentum, none,
+                         std::vector<double>(channels, 1.0), b_mean, b_var);
+  within(norm.running_mean(), vector("running_mean1"), b_mean);
+  within(norm.running_var(), vector("running_var1"), b_var);
+
+  // Step 2 with its backward.
+  const auto previous_mean = values_of(norm.running_mean());
+  const auto previous_var = values_of(norm.running_var());
+  const auto [mean2, var2] = batch_statistics(v2, outer, channels, inner);
+  const auto step2 = channel_bounds<Scalar>(v2, vdy, outer, channels, inner, true, mean2, var2,
+                                            none, none, weight, bias, eps);
+  within(norm.forward(x2, cache), tensor("y2"), step2.y);
+  within(norm.backward(x2, cache, dy), tensor("dx2"), step2.dx);
+  within(norm.weight_grad(), vector("dweight2"), step2.dweight);
+  within(norm.bias_grad(), vector("dbias2"), step2.dbias);
+  running_bounds<Scalar>(v2, outer, channels, inner, momentum, previous_mean, previous_var, b_mean,
+                         b_var);
+  within(norm.running_mean(), vector("running_mean2"), b_mean);
+  within(norm.running_var(), vector("running_var2"), b_var);
   EXPECT_EQ(norm.num_batches_tracked(), 2);
 
+  // Evaluation on x2 with the running statistics, which may differ from torch's by (b_m, b_v).
   norm.set_training(false);
   norm.zero_grad();
-  const double eval_scale = 16 * param_scale;  // x2 ≈ −3 ± 2 over running σ ≈ 1
-  near(norm.forward(x2), tensor("y_eval"), eval_scale);
+  const auto eval =
+      channel_bounds<Scalar>(v2, vdy, outer, channels, inner, false, values_of(norm.running_mean()),
+                             values_of(norm.running_var()), b_mean, b_var, weight, bias, eps);
+  within(norm.forward(x2), tensor("y_eval"), eval.y);
   typename BatchNorm1d<Scalar>::Cache eval_cache;
-  near(norm.forward(x2, eval_cache), tensor("y_eval"), eval_scale);
-  near(norm.backward(x2, eval_cache, dy), tensor("dx_eval"), dy_scale);
-  near(norm.weight_grad(), vector("dweight_eval"), dy_scale * 8);
-  near(norm.bias_grad(), vector("dbias_eval"), dy_scale);
+  within(norm.forward(x2, eval_cache), tensor("y_eval"), eval.y);
+  within(norm.backward(x2, eval_cache, dy), tensor("dx_eval"), eval.dx);
+  within(norm.weight_grad(), vector("dweight_eval"), eval.dweight);
+  within(norm.bias_grad(), vector("dbias_eval"), eval.dbias);
 }
 
 TYPED_TEST(BatchNorm1dTyped, AgreeWithTorchNnBatchNorm1dTrainingThenEvaluation) {
