@@ -94,6 +94,27 @@ TEST(BatchNorm1d, ChannelsAreIndependentAndLIsPartOfTheBatch) {
   EXPECT_EQ(norm.running_var()(1), 0.0f);
 }
 
+TEST(BatchNorm1d, NaNPoisonsItsChannelAndNoOther) {
+  // IEEE propagation, as torch: in training a NaN makes its channel's statistics NaN, so every y
+  // of that channel and its running statistics; the other channels are untouched. In
+  // evaluation the statistics are fixed, so only the NaN's own output is NaN.
+  Tensor<double, 2> x({3, 2}, {1, 2, 3, NAN, 5, 6});
+  BatchNorm1d<double> norm(2);
+  BatchNorm1d<double>::Cache cache;
+  const auto y = norm.forward(x, cache);
+  for (index_t n = 0; n < 3; ++n) {
+    EXPECT_FALSE(std::isnan(y(n, 0)));
+    EXPECT_TRUE(std::isnan(y(n, 1)));
+  }
+  EXPECT_FALSE(std::isnan(norm.running_mean()(0)));
+  EXPECT_TRUE(std::isnan(norm.running_mean()(1)));
+  EXPECT_TRUE(std::isnan(norm.running_var()(1)));
+  BatchNorm1d<double> evaluation(2);
+  evaluation.set_training(false);
+  const auto z = evaluation.forward(x);
+  for (index_t i = 0; i < z.size(); ++i) EXPECT_EQ(std::isnan(z.data()[i]), i == 3);
+}
+
 // ---- finite differences -------------------------------------------------------------------------
 
 TEST(BatchNorm1dGradients, MatchFiniteDifferencesInBothModes) {

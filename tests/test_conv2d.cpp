@@ -162,6 +162,24 @@ TEST(Conv2d, ZeroImagesAreValidAndAddNothing) {
   for (double g : conv.bias_grad()) EXPECT_EQ(g, 0.0);
 }
 
+TEST(Conv2d, NaNReachesExactlyTheOutputsWhoseFieldCoversIt) {
+  // IEEE propagation, as torch: with a 3×3 kernel, stride 2 and padding 1, output (i, j) reads
+  // rows 2i − 1 … 2i + 1 and columns 2j − 1 … 2j + 1, so a NaN at pixel (2, 2) of image 3 lies
+  // in the field of output (1, 1) of that image alone. N·Ho·Wo = 72 rows: the packed GEMM path.
+  Conv2d<float> conv(1, 2, {3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .seed = 5});
+  Tensor<float, 4> x({8, 1, 5, 5});
+  x.fill(0.5f);
+  x(3, 0, 2, 2) = NAN;
+  const auto y = conv.forward(x);  // [8, 2, 3, 3]
+  for (index_t n = 0; n < 8; ++n)
+    for (index_t o = 0; o < 2; ++o)
+      for (index_t i = 0; i < 3; ++i)
+        for (index_t j = 0; j < 3; ++j) {
+          EXPECT_EQ(std::isnan(y(n, o, i, j)), n == 3 && i == 1 && j == 1)
+              << "at " << n << ", " << o << ", " << i << ", " << j;
+        }
+}
+
 // ---- finite differences -------------------------------------------------------------------------
 
 TEST(Conv2dGradients, MatchFiniteDifferences) {
