@@ -1,7 +1,9 @@
 // Tests for dissect/conv2d.hpp: a hand-computed convolution, im2col's layout, PyTorch fixtures
 // (nn.Conv2d forward and autograd: stride, padding, dilation, rectangular kernels, bias on/off),
 // a direct seven-loop convolution as the oracle on the GEMM path, finite differences in double,
-// the module protocol, and every bad input with its type and message.
+// the allocations of a call (one column buffer, whatever the image size: this file is in the
+// `allocations` group, whose binaries count operator new), the module protocol, and every bad
+// input with its type and message.
 #include "dissect/conv2d.hpp"
 
 #include <gtest/gtest.h>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "support/allocation_counter.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"
@@ -149,6 +152,30 @@ TEST(Conv2d, FloatOnTheGemmPathAgreesWithTheDirectDefinition) {
     const auto magnitude = absolute_copy(conv).forward(testing::to_double(testing::absolute(x)));
     EXPECT_TENSOR_WITHIN(conv.forward(x), exact,
                          scaled(magnitude, testing::gamma<float>(conv.field_size() + 1)));
+  }
+}
+
+TEST(Conv2d, OneColumnBufferPerCallWhateverTheImageSize) {
+  // forward allocates the column buffer, the GEMM's [N·Ho·Wo, O] rows and y; backward the
+  // columns, dy's rows, dcols and dx: 3 and 4 allocations, for 72 output pixels as for 1,800,
+  // never one per pixel. (The GEMM's per-thread workspace grows once, in the warm-up call.)
+  Conv2d<float> conv(3, 8, {3, 3}, {.padding = {1, 1}, .seed = 1});
+  std::mt19937_64 engine(9);
+  const auto large = random_tensor<float, 4>({2, 3, 30, 30}, engine);
+  const auto small = random_tensor<float, 4>({2, 3, 6, 6}, engine);
+  const auto dy_large = random_tensor<float, 4>(conv.output_shape(large.shape()), engine);
+  const auto dy_small = random_tensor<float, 4>(conv.output_shape(small.shape()), engine);
+  (void)conv.backward(large, dy_large);
+  (void)conv.forward(large);
+  for (const auto* pair : {&small, &large}) {
+    const auto& x = *pair;
+    const auto& dy = pair == &small ? dy_small : dy_large;
+    long before = testing::allocation_count();
+    (void)conv.forward(x);
+    EXPECT_EQ(testing::allocation_count() - before, 3) << format_shape(x.shape());
+    before = testing::allocation_count();
+    (void)conv.backward(x, dy);
+    EXPECT_EQ(testing::allocation_count() - before, 4) << format_shape(x.shape());
   }
 }
 
