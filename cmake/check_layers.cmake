@@ -29,7 +29,8 @@ set(layer_tensor "tensor\\.hpp" "detail/heads\\.hpp" "detail/panelled_gemm\\.hpp
                  "module\\.hpp" "sequential\\.hpp" "stack\\.hpp" "freezing\\.hpp" "activation\\.hpp")
 set(layer_kernels "kernels/.*" "kernels\\.hpp" "quant/.*")
 set(layer_layers "linear\\.hpp" "linear/.*" "bit_linear\\.hpp" "lora_adapter\\.hpp" "lora_linear\\.hpp" "norm\\.hpp"
-                 "embedding\\.hpp" "rope\\.hpp" "qkv\\.hpp" "attention\\.hpp" "kv_cache\\.hpp"
+                 "batch_norm\\.hpp" "conv2d\\.hpp" "patch_embedding\\.hpp" "embedding\\.hpp" "rope\\.hpp"
+                 "qkv\\.hpp" "attention\\.hpp" "kv_cache\\.hpp"
                  "loss\\.hpp" "optim\\.hpp" "sampling\\.hpp")
 set(layer_blocks "blocks/.*")
 set(layer_models "models/.*")

@@ -6,6 +6,7 @@
 
 #include "dissect/activation.hpp"
 #include "dissect/attention.hpp"
+#include "dissect/batch_norm.hpp"
 #include "dissect/bit_linear.hpp"
 #include "dissect/blocks/attention_output.hpp"
 #include "dissect/blocks/feed_forward.hpp"
@@ -14,6 +15,7 @@
 #include "dissect/blocks/qkv_projection.hpp"
 #include "dissect/budget.hpp"
 #include "dissect/config.hpp"
+#include "dissect/conv2d.hpp"
 #include "dissect/count.hpp"
 #include "dissect/dtype.hpp"
 #include "dissect/embedding.hpp"
@@ -40,6 +42,7 @@
 #include "dissect/norm.hpp"
 #include "dissect/numeric/half.hpp"
 #include "dissect/optim.hpp"
+#include "dissect/patch_embedding.hpp"
 #include "dissect/qkv.hpp"
 #include "dissect/quant/bitnet.hpp"
 #include "dissect/quant/format.hpp"

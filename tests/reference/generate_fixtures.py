@@ -1610,6 +1610,138 @@ def generate_bitlinear(root: Path):
 BLOCKS["bitlinear"] = generate_bitlinear
 
 
+# ---- conv2d: nn.Conv2d (groups = 1) and ViT's patch embedding ----------------------------------
+
+
+# (name, N, C, H, W, O, kernel, stride, padding, dilation, bias): a 1x1 kernel, stride 2 with
+# overlapping fields, padding with a rectangular kernel, dilation, a batch of one channel.
+CONV2D_CASES = [
+    ("N2_C2_4x4_O3_k3_s1_p0_d1_bias", 2, 2, 4, 4, 3, (3, 3), (1, 1), (0, 0), (1, 1), True),
+    ("N1_C2_6x7_O2_k3x2_s2x1_p1x2_d1_nobias", 1, 2, 6, 7, 2, (3, 2), (2, 1), (1, 2), (1, 1),
+     False),
+    ("N1_C2_7x6_O2_k3_s1_p2_d2_bias", 1, 2, 7, 6, 2, (3, 3), (1, 1), (2, 2), (2, 2), True),
+    ("N3_C1_5x5_O2_k1_s2_p0_d1_bias", 3, 1, 5, 5, 2, (1, 1), (2, 2), (0, 0), (1, 1), True),
+]
+
+
+def conv2d_fixture(N, C, H, W, O, kernel, stride, padding, dilation, bias, dtype, seed):
+    torch.manual_seed(seed)
+    conv = torch.nn.Conv2d(C, O, kernel, stride=stride, padding=padding, dilation=dilation,
+                           bias=bias, dtype=torch.float64).to(dtype)
+    x = randn(N, C, H, W, dtype=dtype).requires_grad_(True)
+    y = conv(x)
+    dy = randn(*y.shape, dtype=dtype)
+    (y * dy).sum().backward()
+    tensors = {"x": x, "weight": conv.weight, "y": y, "dy": dy, "dx": x.grad,
+               "dweight": conv.weight.grad}
+    if bias:
+        tensors.update({"bias": conv.bias, "dbias": conv.bias.grad})
+    meta = {"stride_h": stride[0], "stride_w": stride[1], "padding_h": padding[0],
+            "padding_w": padding[1], "dilation_h": dilation[0], "dilation_w": dilation[1],
+            "bias": int(bias)}
+    return meta, {k: v.detach() for k, v in tensors.items()}
+
+
+# (name, N, C, H, W, D, P): ViT's PatchEmbed in miniature, square and rectangular images.
+PATCH_EMBEDDING_CASES = [
+    ("N2_C2_4x4_D3_P2", 2, 2, 4, 4, 3, 2),
+    ("N1_C1_4x6_D2_P2", 1, 1, 4, 6, 2, 2),
+]
+
+
+def patch_embedding_fixture(N, C, H, W, D, P, dtype, seed):
+    """timm's PatchEmbed: proj(x).flatten(2).transpose(1, 2); and the same as nn.Linear on the
+    flattened patches (x.unfold), whose output is saved apart as y_linear."""
+    torch.manual_seed(seed)
+    proj = torch.nn.Conv2d(C, D, P, stride=P, dtype=torch.float64).to(dtype)
+    x = randn(N, C, H, W, dtype=dtype).requires_grad_(True)
+    y = proj(x).flatten(2).transpose(1, 2)
+    dy = randn(*y.shape, dtype=dtype)
+    (y * dy).sum().backward()
+    # [N, C, H/P, P, W/P, P] → [N, H/P, W/P, C, P, P] → [N, patches, C·P·P]
+    patches = (x.detach().reshape(N, C, H // P, P, W // P, P).permute(0, 2, 4, 1, 3, 5)
+               .reshape(N, (H // P) * (W // P), C * P * P))
+    y_linear = torch.nn.functional.linear(patches, proj.weight.detach().reshape(D, -1),
+                                          proj.bias.detach())
+    tensors = {"x": x, "weight": proj.weight, "bias": proj.bias, "y": y, "dy": dy, "dx": x.grad,
+               "dweight": proj.weight.grad, "dbias": proj.bias.grad, "patches": patches,
+               "y_linear": y_linear}
+    return {"patch_size": P}, {k: v.detach() for k, v in tensors.items()}
+
+
+def generate_conv2d(root: Path):
+    return generate_seeded_cases(root, "conv2d", [
+        (base, lambda dtype, seed, c=case: conv2d_fixture(*c, dtype, seed))
+        for base, *case in CONV2D_CASES])
+
+
+def generate_patch_embedding(root: Path):
+    return generate_seeded_cases(root, "patch_embedding", [
+        (base, lambda dtype, seed, c=case: patch_embedding_fixture(*c, dtype, seed))
+        for base, *case in PATCH_EMBEDDING_CASES])
+
+
+BLOCKS["conv2d"] = generate_conv2d
+BLOCKS["patch_embedding"] = generate_patch_embedding
+
+
+# ---- batch_norm: nn.BatchNorm1d, training steps then evaluation --------------------------------
+
+
+# (name, input shape, momentum, eps): [N, C] and [N, C, L]; the smallest batch torch accepts
+# (two values per channel), where the unbiased running variance is twice the biased one.
+BATCH_NORM_CASES = [
+    ("N4_C3_m0.1", (4, 3), 0.1, 1e-5),
+    ("N2_C2_L3_m0.3_eps1e-3", (2, 2, 3), 0.3, 1e-3),
+    ("N2_C3_m1", (2, 3), 1.0, 1e-5),
+]
+
+
+def batch_norm_fixture(shape, momentum, eps, dtype, seed):
+    """Two training steps (x1, then x2 with its backward), then an evaluation forward and
+    backward on x2 with the running statistics: y, dx, dweight, dbias of each, and the running
+    statistics after each step. γ and β are random, so they are not the identity."""
+    torch.manual_seed(seed)
+    C = shape[1]
+    bn = torch.nn.BatchNorm1d(C, eps=eps, momentum=momentum, dtype=torch.float64).to(dtype)
+    with torch.no_grad():
+        bn.weight.copy_(randn(C, dtype=dtype))
+        bn.bias.copy_(randn(C, dtype=dtype))
+    x1 = (randn(*shape, dtype=dtype) * 2 + 1)
+    x2 = (randn(*shape, dtype=dtype) * 0.5 - 3).requires_grad_(True)
+    dy = randn(*shape, dtype=dtype)
+    tensors = {"weight": bn.weight.detach().clone(), "bias": bn.bias.detach().clone(), "x1": x1,
+               "x2": x2, "dy": dy}
+    bn.train()
+    tensors["y1"] = bn(x1)
+    tensors["running_mean1"] = bn.running_mean.clone()
+    tensors["running_var1"] = bn.running_var.clone()
+    y2 = bn(x2)
+    (y2 * dy).sum().backward()
+    tensors.update({"y2": y2, "dx2": x2.grad.clone(), "dweight2": bn.weight.grad.clone(),
+                    "dbias2": bn.bias.grad.clone(), "running_mean2": bn.running_mean.clone(),
+                    "running_var2": bn.running_var.clone()})
+    bn.eval()
+    x2.grad = None
+    bn.weight.grad = None
+    bn.bias.grad = None
+    y_eval = bn(x2)
+    (y_eval * dy).sum().backward()
+    tensors.update({"y_eval": y_eval, "dx_eval": x2.grad, "dweight_eval": bn.weight.grad,
+                    "dbias_eval": bn.bias.grad})
+    meta = {"momentum": momentum, "eps": eps}
+    return meta, {k: v.detach() for k, v in tensors.items()}
+
+
+def generate_batch_norm(root: Path):
+    return generate_seeded_cases(root, "batch_norm", [
+        (base, lambda dtype, seed, c=case: batch_norm_fixture(*c, dtype, seed))
+        for base, *case in BATCH_NORM_CASES])
+
+
+BLOCKS["batch_norm"] = generate_batch_norm
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("blocks", nargs="*", metavar="block",
