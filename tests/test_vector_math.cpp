@@ -115,7 +115,9 @@ bool supported(Isa isa) {
   return dissect::quant::cpu_supports(isa == Isa::avx2 ? KernelPath::avx2 : KernelPath::avx512);
 }
 
-// The activations go through activate(), the switch the GEMM epilogue calls.
+// The activations go through activate(), the switch the GEMM epilogue calls. The AVX-512 pair is
+// bracketed as the library's kernels are: GCC 12's intrinsics warn wherever they are inlined.
+DISSECT_AVX512_WARNINGS_BEGIN
 DISSECT_TARGET_AVX512 __m512 apply_one(Fn fn, __m512 x) {
   if (fn == Fn::exp) return kd::avx512::exp(x);
   if (fn == Fn::sigmoid) return kd::avx512::sigmoid(x);
@@ -134,6 +136,7 @@ DISSECT_TARGET_AVX512 void apply_avx512(Fn fn, const float* x, float* y, std::si
     _mm512_storeu_ps(y + i, apply_one(fn, _mm512_loadu_ps(x + i)));
   }
 }
+DISSECT_AVX512_WARNINGS_END
 
 DISSECT_TARGET_AVX2 void apply_avx2(Fn fn, const float* x, float* y, std::size_t n) {
   for (std::size_t i = 0; i < n; i += 8) {
