@@ -22,6 +22,21 @@
 // are per token; the final line also gives the validation loss per byte (× tokens / bytes of the
 // validation split), the number that compares a BPE run with a byte-level one.
 //
+// Variants (issue 27's comparisons; the default run does not change). --family llama builds a
+// dissect::LlamaModel instead of the GPT2Model: RMSNorm, rotary positions, a SwiGLU FFN of width
+// --d-ff, no biases, the head still tied. --experts E (with --family llama) makes it a
+// dissect::MixtralModel: every layer's FFN a mixture of E SwiGLU experts of width --d-ff behind a
+// router D → E, each token sent to --experts-per-token of them, with Switch's load-balancing loss
+// times --aux-loss in each layer's gradient (the losses reported are the cross-entropy alone).
+// Each report then prints, and --curves records, the experts' load: the share of the routed
+// token slots (B·T·k per layer and step) that each expert received over the report interval,
+// averaged over the layers and per layer. --bitlinear puts every Linear of every block in BitNet
+// b1.58's arithmetic (dissect::use_bitlinear: ternary W, int8 x, gradients straight through),
+// evaluation included; --checkpoint then writes the ternary Q(W), not the float master weights.
+// --q4-baseline PATH rounds the Linear layers of a float checkpoint of the same model to q4_0
+// (dissect::quantize_model) and evaluates it on this run's validation batches: the post-training
+// quantisation a BitLinear run is measured against.
+//
 // Batches. A batch is B windows of T + 1 consecutive tokens; window b starts at
 // next_u64() mod (n − T − 1) of a dissect::Generator, n being the split's length, drawn in the
 // order b = 0 … B − 1, one batch after the other. Its first T tokens are the inputs, its last T
@@ -64,6 +79,7 @@
 //   it) "step"         optimizer steps behind the weights ("0" for --save-init) "val_loss"     the
 //   last validation loss ("%.4f"; absent for --save-init) "seed"         --seed "producer"
 //   "train_gpt"
+// A --bitlinear checkpoint adds "bitlinear" (its weights are Q(W)).
 // --init refuses a file whose config or vocabulary differ from the flags' and the data's.
 //
 // Every flag is checked before any work, and the data as they are read. Exit status: 0
@@ -368,6 +384,9 @@ void validate(Flags& flags) {
   if (flags.aux_loss) {
     if (flags.experts == 0) throw UsageError("--aux-loss: needs --experts");
     check_real("--aux-loss", *flags.aux_loss, 0, true, 10);
+  }
+  if (!flags.q4_baseline.empty() && !std::ifstream(flags.q4_baseline)) {
+    throw UsageError("--q4-baseline: cannot open \"" + flags.q4_baseline + "\"");
   }
   check_range<index_t>("--eval-every", flags.eval_every, 1, kMaxSteps);
   check_range<index_t>("--eval-batches", flags.eval_batches, 1, kMaxEvalBatches);
@@ -911,22 +930,23 @@ int run(const Flags& flags, Outputs& outputs) {
   }
   dissect::Generator train_generator(flags.seed + 1000);
 
+  // --q4-baseline's loss first: a file that does not fit fails before any evaluation.
+  std::optional<double> q4_loss;
+  if (!flags.q4_baseline.empty()) {
+    q4_loss = q4_baseline_loss<Model>(
+        flags.q4_baseline, config,
+        checkpoint_metadata<Model>(flags, config, corpus, 0, std::nullopt, tokenizer_json),
+        valid_batches, B, T);
+    std::printf("q4_0 baseline: %s with every Linear rounded to q4_0: val %.4f\n",
+                flags.q4_baseline.c_str(), *q4_loss);
+  }
+
   Curves curves;
   curves.val_step.push_back(0);
   curves.val.push_back(evaluate(model, valid_batches, B, T));
   std::printf("step %6d/%lld  val %.4f  (before training)\n", 0,
               static_cast<long long>(flags.steps), curves.val.back());
   std::fflush(stdout);
-
-  std::optional<double> q4_loss;  // --q4-baseline's
-  if (!flags.q4_baseline.empty()) {
-    q4_loss = q4_baseline_loss<Model>(
-        flags.q4_baseline, config,
-        checkpoint_metadata<Model>(flags, config, corpus, 0, std::nullopt, tokenizer_json),
-        valid_batches, B, T);
-    std::printf("q4_0 baseline: %s rounded to q4_0 after training: val %.4f\n",
-                flags.q4_baseline.c_str(), *q4_loss);
-  }
 
   const dissect::examples::TrainLoop loop{.steps = flags.steps,
                                           .eval_every = flags.eval_every,
@@ -984,8 +1004,8 @@ int run(const Flags& flags, Outputs& outputs) {
     if (flags.bitlinear) {
       // The file holds what the trained layers multiply by, Q(W) = round(W/γ)·γ, not the float
       // master weights: a reader that knows nothing of BitLinear (dissect generate, dissect
-      // quantize --format tq2_0) then runs ternary weights. It runs the activations in float,
-      // where training rounded them to int8 per token.
+      // quantize) then runs ternary weights. It runs the activations in float, where training
+      // rounded them to int8 per token.
       Model ternary = model;
       dissect::for_each_layer(ternary, [](const std::string&, dissect::Linear<float>& layer) {
         if (!layer.bitlinear()) return;
