@@ -197,15 +197,14 @@ struct Flags {
   std::string family = "gpt2";
   std::optional<index_t> d_ff;               // default 4·D
   index_t experts = 0;                       // 0: a dense FFN
-  std::optional<index_t> experts_per_token;  // default min(2, E)
+  std::optional<index_t> experts_per_token;  // default 2
   std::optional<double> aux_loss;            // default kDefaultAuxLoss
   bool bitlinear = false;
   std::string q4_baseline = "";
 };
 
 constexpr index_t kMaxExperts = 256;
-// Switch Transformer's load-balancing coefficient (Mixtral's Hugging Face config says 0.001 to
-// 0.02 depending on the version; at 4 experts the loss is easy to satisfy either way).
+// The load-balancing coefficient the Switch Transformer paper settles on (α = 10⁻²).
 constexpr double kDefaultAuxLoss = 0.01;
 
 /// Declares every flag on `app`, parsed into `flags`; validate() then checks them.
@@ -486,16 +485,11 @@ std::string curves_csv(const Curves& c, const ExpertLoad* load = nullptr) {
       out += row;
     }
     if (load && r < load->steps().size() && load->steps()[r] == c.step[i]) {
-      const auto& shares = load->rows()[r++];
       for (index_t e = 0; e < load->experts(); ++e) {
-        double mean = 0;
-        for (index_t l = 0; l < load->layers(); ++l) {
-          mean += shares[static_cast<std::size_t>(l * load->experts() + e)];
-        }
-        std::snprintf(row, sizeof row, ",%.6f", mean / static_cast<double>(load->layers()));
+        std::snprintf(row, sizeof row, ",%.6f", load->mean_series(e)[r]);
         out += row;
       }
-      for (const double share : shares) {
+      for (const double share : load->rows()[r++]) {
         std::snprintf(row, sizeof row, ",%.6f", share);
         out += row;
       }
