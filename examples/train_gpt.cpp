@@ -22,6 +22,21 @@
 // are per token; the final line also gives the validation loss per byte (× tokens / bytes of the
 // validation split), the number that compares a BPE run with a byte-level one.
 //
+// Variants (issue 27's comparisons; the default run does not change). --family llama builds a
+// dissect::LlamaModel instead of the GPT2Model: RMSNorm, rotary positions, a SwiGLU FFN of width
+// --d-ff, no biases, the head still tied. --experts E (with --family llama) makes it a
+// dissect::MixtralModel: every layer's FFN a mixture of E SwiGLU experts of width --d-ff behind a
+// router D → E, each token sent to --experts-per-token of them, with Switch's load-balancing loss
+// times --aux-loss in each layer's gradient (the losses reported are the cross-entropy alone).
+// Each report then prints, and --curves records, the experts' load: the share of the routed
+// token slots (B·T·k per layer and step) that each expert received over the report interval,
+// averaged over the layers and per layer. --bitlinear puts every Linear of every block in BitNet
+// b1.58's arithmetic (dissect::use_bitlinear: ternary W, int8 x, gradients straight through),
+// evaluation included; --checkpoint then writes the ternary Q(W), not the float master weights.
+// --q4-baseline PATH rounds the Linear layers of a float checkpoint of the same model to q4_0
+// (dissect::quantize_model) and evaluates it on this run's validation batches: the post-training
+// quantisation a BitLinear run is measured against.
+//
 // Batches. A batch is B windows of T + 1 consecutive tokens; window b starts at
 // next_u64() mod (n − T − 1) of a dissect::Generator, n being the split's length, drawn in the
 // order b = 0 … B − 1, one batch after the other. Its first T tokens are the inputs, its last T
@@ -64,6 +79,7 @@
 //   it) "step"         optimizer steps behind the weights ("0" for --save-init) "val_loss"     the
 //   last validation loss ("%.4f"; absent for --save-init) "seed"         --seed "producer"
 //   "train_gpt"
+// A --bitlinear checkpoint adds "bitlinear" (its weights are Q(W)).
 // --init refuses a file whose config or vocabulary differ from the flags' and the data's.
 //
 // Every flag is checked before any work, and the data as they are read. Exit status: 0
@@ -95,6 +111,7 @@
 #include <nlohmann/json.hpp>
 #include "common/char_lm.hpp"
 #include "common/cli.hpp"
+#include "common/expert_load.hpp"
 #include "common/svg_plot.hpp"
 #include "dissect/config.hpp"
 #include "dissect/count.hpp"
@@ -108,9 +125,12 @@
 #include "dissect/loss.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/optim.hpp"
+#include "dissect/quant/bitnet.hpp"
 #include "dissect/shape.hpp"
 #include "dissect/tensor.hpp"
 #include "dissect/text/bpe_trainer.hpp"
+#include "dissect/transforms/bitlinear.hpp"
+#include "dissect/transforms/quantize.hpp"
 #include "tools/common/byte_vocab.hpp"
 
 namespace {
@@ -122,6 +142,7 @@ using dissect::examples::check_real;
 using dissect::examples::Clock;
 using dissect::examples::Curves;
 using dissect::examples::evaluate;
+using dissect::examples::ExpertLoad;
 using dissect::examples::FlagDeclarer;
 using dissect::examples::grouped;
 using dissect::examples::sample_batch;
@@ -129,7 +150,6 @@ using dissect::examples::seconds_since;
 using dissect::examples::UsageError;
 using dissect::tools::ByteVocab;
 using dissect::tools::vocab_bytes_key;
-using Model = dissect::GPT2Model<float>;
 
 using dissect::examples::Corpus;
 using dissect::examples::DataError;
@@ -173,7 +193,19 @@ struct Flags {
   std::string save_init = "none";
   std::string tokenizer = "bytes";
   std::optional<std::size_t> bpe_merges;  // from --tokenizer bpe:N, set by validate()
+  // The variants: another decoder family, a mixture of experts, BitLinear layers.
+  std::string family = "gpt2";
+  std::optional<index_t> d_ff;               // default 4·D
+  index_t experts = 0;                       // 0: a dense FFN
+  std::optional<index_t> experts_per_token;  // default 2
+  std::optional<double> aux_loss;            // default kDefaultAuxLoss
+  bool bitlinear = false;
+  std::string q4_baseline = "";
 };
+
+constexpr index_t kMaxExperts = 256;
+// The load-balancing coefficient the Switch Transformer paper settles on (α = 10⁻²).
+constexpr double kDefaultAuxLoss = 0.01;
 
 /// Declares every flag on `app`, parsed into `flags`; validate() then checks them.
 void add_flags(CLI::App& app, Flags& flags) {
@@ -189,6 +221,28 @@ void add_flags(CLI::App& app, Flags& flags) {
   option("--tokenizer", flags.tokenizer, "KIND",
          "bytes (default: a token is a byte) or bpe:N (N byte-level BPE merges learned from the "
          "training split, 1 to 100000)");
+  option("--family", flags.family, "NAME",
+         "gpt2 (default: LayerNorm, learned positions, GELU MLP, biases) or llama (RMSNorm, "
+         "RoPE, SwiGLU FFN, no biases); the head is tied to the embedding in both");
+  option("--d-ff", flags.d_ff, "F",
+         "FFN width F (of each expert, with --experts), 1 to 65536 (default 4·D)");
+
+  option.group("Variants: mixture of experts, BitLinear");
+  option("--experts", flags.experts, "E",
+         "a mixture of E experts in every layer, 2 to 256 (needs --family llama: the model is "
+         "then Mixtral's, LLaMA's layer with SwiGLU experts; default 0, a dense FFN)");
+  option("--experts-per-token", flags.experts_per_token, "K",
+         "experts each token is routed to, 1 to E (default 2)");
+  option("--aux-loss", flags.aux_loss, "X",
+         "coefficient of the load-balancing loss E·Σ f_e·P_e added to each layer's training loss, "
+         ">= 0 and < 10 (default 0.01, Switch's)");
+  app.add_flag("--bitlinear", flags.bitlinear,
+               "train every Linear of every block as BitNet b1.58's BitLinear (ternary weights, "
+               "int8 activations, straight-through gradients; dissect::use_bitlinear)")
+      ->group(option.group());
+  option("--q4-baseline", flags.q4_baseline, "PATH",
+         "a float checkpoint of the same model (train_gpt's): its validation loss after "
+         "post-training q4_0 rounding, on this run's validation batches, is printed and drawn");
 
   option.group("Optimisation");
   option("--steps", flags.steps, "N", "optimizer steps, 1 to 10,000,000 (default 1000)");
@@ -244,12 +298,31 @@ void add_flags(CLI::App& app, Flags& flags) {
 
 /// The model the flags describe (vocab filled in once the data is read).
 dissect::TransformerConfig model_config(const Flags& flags, index_t vocab) {
-  return {.d_model = flags.d_model,
-          .n_layers = flags.layers,
-          .n_heads = flags.heads,
-          .d_ff = 4 * flags.d_model,
-          .vocab = vocab,
-          .context = flags.context};
+  dissect::TransformerConfig config{.d_model = flags.d_model,
+                                    .n_layers = flags.layers,
+                                    .n_heads = flags.heads,
+                                    .d_ff = flags.d_ff.value_or(4 * flags.d_model),
+                                    .vocab = vocab,
+                                    .context = flags.context};
+  if (flags.family == "llama") {
+    // LLaMA's parts; the head stays tied, as the GPT-2 mini's, so that the families differ only
+    // in their layers.
+    config.positions = dissect::Positions::rotary;
+    config.norm = dissect::Norm::rms_norm;
+    config.ffn = dissect::Ffn::gated;
+    config.bias = false;
+  }
+  if (flags.experts > 0) {
+    config.n_experts = flags.experts;
+    config.experts_per_token = flags.experts_per_token.value_or(2);
+  }
+  return config;
+}
+
+/// The model's kind, as the first report line names it.
+std::string family_label(const Flags& flags) {
+  if (flags.experts > 0) return "Mixtral-style";
+  return flags.family == "llama" ? "LLaMA-style" : "GPT-2";
 }
 
 /// About the bytes a run holds (char_lm.hpp's training_bytes), the vocabulary taken at its
@@ -291,6 +364,29 @@ void validate(Flags& flags) {
   check_real("--lr", flags.lr, 0, false);
   check_real("--weight-decay", flags.weight_decay, 0, true);
   if (flags.warmup) check_range<index_t>("--warmup", *flags.warmup, 0, flags.steps);
+  if (flags.family != "gpt2" && flags.family != "llama") {
+    throw UsageError("--family: \"" + flags.family + "\" is not gpt2 or llama");
+  }
+  if (flags.d_ff) check_range<index_t>("--d-ff", *flags.d_ff, 1, 4 * kMaxWidth);
+  if (flags.experts != 0) {
+    check_range<index_t>("--experts", flags.experts, 2, kMaxExperts);
+    if (flags.family != "llama") {
+      throw UsageError(
+          "--experts: a mixture of experts needs --family llama (dissect's MoE decoder is "
+          "Mixtral's: LLaMA's layer with SwiGLU experts)");
+    }
+  }
+  if (flags.experts_per_token) {
+    if (flags.experts == 0) throw UsageError("--experts-per-token: needs --experts");
+    check_range<index_t>("--experts-per-token", *flags.experts_per_token, 1, flags.experts);
+  }
+  if (flags.aux_loss) {
+    if (flags.experts == 0) throw UsageError("--aux-loss: needs --experts");
+    check_real("--aux-loss", *flags.aux_loss, 0, true, 10);
+  }
+  if (!flags.q4_baseline.empty() && !std::ifstream(flags.q4_baseline)) {
+    throw UsageError("--q4-baseline: cannot open \"" + flags.q4_baseline + "\"");
+  }
   check_range<index_t>("--eval-every", flags.eval_every, 1, kMaxSteps);
   check_range<index_t>("--eval-batches", flags.eval_batches, 1, kMaxEvalBatches);
   if (flags.threads != 0) check_range("--threads", flags.threads, 1, kMaxThreads);
@@ -338,6 +434,7 @@ struct Optimizers {
 };
 
 /// The model's parameters split as weight decay needs: rank-2 tensors and the rest.
+template <class Model>
 std::pair<std::vector<dissect::ParameterRef<float>>, std::vector<dissect::ParameterRef<float>>>
 parameter_groups(Model& model) {
   std::vector<dissect::ParameterRef<float>> matrices, others;
@@ -356,14 +453,27 @@ int threads_in_use() {
 #endif
 }
 
-/// The curves as CSV, one row per step (--curves writes them, --compare reads them).
-std::string curves_csv(const Curves& c) {
-  std::string out = "step,lr,train_loss,val_loss\n";
+/// The curves as CSV, one row per step (--curves writes them, --compare reads them). With a
+/// mixture's `load`, each report's row goes on with the experts' shares averaged over the layers
+/// (load_e0 …) and then layer by layer (load_l0_e0 …, layer-major); other rows leave them empty.
+std::string curves_csv(const Curves& c, const ExpertLoad* load = nullptr) {
+  std::string out = "step,lr,train_loss,val_loss";
+  std::string no_load;
+  if (load) {
+    for (index_t e = 0; e < load->experts(); ++e) out += ",load_e" + std::to_string(e);
+    for (index_t l = 0; l < load->layers(); ++l) {
+      for (index_t e = 0; e < load->experts(); ++e) {
+        out += ",load_l" + std::to_string(l) + "_e" + std::to_string(e);
+      }
+    }
+    no_load.assign(static_cast<std::size_t>(load->experts() * (load->layers() + 1)), ',');
+  }
+  out += "\n";
   char row[128];
-  std::size_t v = 0;
+  std::size_t v = 0, r = 0;
   if (!c.val_step.empty() && c.val_step[0] == 0) {
-    std::snprintf(row, sizeof row, "0,,,%.6f\n", c.val[0]);
-    out += row;
+    std::snprintf(row, sizeof row, "0,,,%.6f", c.val[0]);
+    out += row + no_load + "\n";
     v = 1;
   }
   for (std::size_t i = 0; i < c.step.size(); ++i) {
@@ -373,6 +483,18 @@ std::string curves_csv(const Curves& c) {
     if (v < c.val_step.size() && c.val_step[v] == c.step[i]) {
       std::snprintf(row, sizeof row, "%.6f", c.val[v++]);
       out += row;
+    }
+    if (load && r < load->steps().size() && load->steps()[r] == c.step[i]) {
+      for (index_t e = 0; e < load->experts(); ++e) {
+        std::snprintf(row, sizeof row, ",%.6f", load->mean_series(e)[r]);
+        out += row;
+      }
+      for (const double share : load->rows()[r++]) {
+        std::snprintf(row, sizeof row, ",%.6f", share);
+        out += row;
+      }
+    } else {
+      out += no_load;
     }
     out += "\n";
   }
@@ -391,14 +513,20 @@ Curves read_curves(const std::string& path) {
   }
   Curves curves;
   for (int number = 2; std::getline(in, line); ++number) {
-    const auto last = line.rfind(',');
-    if (last == std::string::npos) {
+    // val_loss is the fourth field; a mixture's run adds its experts' load after it.
+    std::size_t start = 0;
+    for (int field = 0; field < 3 && start != std::string::npos; ++field) {
+      start = line.find(',', start);
+      if (start != std::string::npos) ++start;
+    }
+    if (start == std::string::npos) {
       throw UsageError("--compare: " + path + ":" + std::to_string(number) + ": not a CSV row");
     }
-    if (last + 1 == line.size()) continue;  // no evaluation after this step
+    const std::string val = line.substr(start, line.find(',', start) - start);
+    if (val.empty()) continue;  // no evaluation after this step
     try {
       curves.val_step.push_back(std::stod(line.substr(0, line.find(','))));
-      curves.val.push_back(std::stod(line.substr(last + 1)));
+      curves.val.push_back(std::stod(val));
     } catch (const std::exception&) {
       throw UsageError("--compare: " + path + ":" + std::to_string(number) + ": cannot read \"" +
                        line + "\"");
@@ -410,6 +538,7 @@ Curves read_curves(const std::string& path) {
 // ---- checkpoints --------------------------------------------------------------------------------
 
 /// The "__metadata__" of the files train_gpt writes (the keys are listed at the top).
+template <class Model>
 std::map<std::string, std::string> checkpoint_metadata(const Flags& flags,
                                                        const dissect::TransformerConfig& config,
                                                        const Corpus& corpus, index_t step,
@@ -417,7 +546,7 @@ std::map<std::string, std::string> checkpoint_metadata(const Flags& flags,
                                                        const std::string& tokenizer_json = "") {
   // The family and config as save_model writes them, so --init can compare them too.
   std::map<std::string, std::string> metadata = {
-      {dissect::family_key, "gpt2"},
+      {dissect::family_key, std::string(Model::style.family)},
       {dissect::config_key, dissect::config_to_json(config).dump()},
       {"step", std::to_string(step)},
       {"seed", std::to_string(flags.seed)},
@@ -440,6 +569,7 @@ std::map<std::string, std::string> checkpoint_metadata(const Flags& flags,
 /// Loads --init into `model` after checking that the file describes the same model and
 /// vocabulary. @throws UsageError naming --init for a file that cannot be read, metadata that
 /// differ, or tensors that do not fit the model (dissect::io's message).
+template <class Model>
 void load_initial_weights(Model& model, const std::string& path,
                           const std::map<std::string, std::string>& expected) {
   std::optional<dissect::SafetensorsFile> opened;
@@ -487,7 +617,155 @@ struct Outputs {
   dissect::examples::OutputFile figure, curves, checkpoint, save_init;
 };
 
-/// Trains as `flags` (validated) say.
+// ---- figure -------------------------------------------------------------------------------------
+
+/// What this run is, beside a --compare run, in its figure's legend ("" for the default run).
+std::string variant_label(const Flags& flags) {
+  std::string label;
+  if (flags.experts > 0) {
+    label = std::to_string(flags.experts) + " experts, top-" +
+            std::to_string(flags.experts_per_token.value_or(2));
+  } else if (flags.family == "llama") {
+    label = "LLaMA-style";
+  }
+  if (flags.bitlinear) label += std::string(label.empty() ? "" : ", ") + "BitLinear b1.58";
+  return label;
+}
+
+/// The --svg figure. The default run draws the losses and the learning rate; a variant (another
+/// family, experts, BitLinear) draws the losses, its validation curve near the end beside
+/// --compare's (where the runs differ by hundredths) and, for a mixture, the experts' load.
+std::string draw_figure(const Flags& flags, const dissect::TransformerConfig& config,
+                        const Curves& curves, const Curves& compare, std::optional<double> q4_loss,
+                        const ExpertLoad* load) {
+  namespace ex = dissect::examples;
+  const std::string variant = variant_label(flags);
+  const std::string compare_label =
+      "validation, " + std::filesystem::path(flags.compare).filename().string();
+  const double last_step = static_cast<double>(flags.steps);
+  // The training loss per step is noisy; its mean over each report interval is drawn on top.
+  const auto [mean_step, mean_loss] = ex::interval_means(curves);
+  std::vector<ex::Series> loss_series = {
+      ex::line(curves.step, curves.train,
+               {.label = "train (per step)", .color = "#aec7e8", .width = 1}),
+      ex::line(mean_step, mean_loss, {.label = "train (interval mean)", .color = "#1f77b4"}),
+      ex::line(curves.val_step, curves.val,
+               {.label = variant.empty() ? "validation" : "validation (" + variant + ")",
+                .color = "#ff7f0e"})};
+  if (!compare.val.empty()) {
+    loss_series.push_back(ex::line(compare.val_step, compare.val,
+                                   {.label = compare_label, .color = "#d62728", .dash = "6 3"}));
+  }
+  const std::vector<double> q4_x = {0, last_step};
+  const std::vector<double> q4_y(2, q4_loss.value_or(0));
+  const ex::Style q4_style{.label = "q4_0 of " +
+                                    std::filesystem::path(flags.q4_baseline).filename().string() +
+                                    " (after training)",
+                           .color = "#7f7f7f",
+                           .dash = "2 3"};
+  if (q4_loss) loss_series.push_back(ex::line(q4_x, q4_y, q4_style));
+  const std::string loss_title = flags.bpe_merges ? "cross-entropy loss (nats per BPE token)"
+                                                  : "cross-entropy loss (nats per byte)";
+  std::vector<ex::Panel> panels = {
+      {.title = loss_title, .xlabel = "step", .ylabel = "loss", .series = std::move(loss_series)}};
+  char title[200];
+  if (variant.empty()) {
+    panels.push_back({.title = "learning rate",
+                      .xlabel = "step",
+                      .ylabel = "lr",
+                      .series = {ex::line(curves.step, curves.lr, {.color = "#2ca02c"})}});
+    std::snprintf(title, sizeof title,
+                  "train_gpt: GPT-2 D %lld, L %lld, H %lld, context %lld on Debian's fortunes",
+                  static_cast<long long>(flags.d_model), static_cast<long long>(flags.layers),
+                  static_cast<long long>(flags.heads), static_cast<long long>(flags.context));
+    return ex::svg(panels, 1000, 420, title);
+  }
+  // The validation curves from a fifth of the run on, where their differences show.
+  const auto tail = [&](const Curves& c) {
+    std::vector<double> xs, ys;
+    for (std::size_t i = 0; i < c.val.size(); ++i) {
+      if (c.val_step[i] < 0.2 * last_step) continue;
+      xs.push_back(c.val_step[i]);
+      ys.push_back(c.val[i]);
+    }
+    return std::pair{xs, ys};
+  };
+  ex::Panel zoom{.title = "validation loss, from step " + std::to_string(flags.steps / 5),
+                 .xlabel = "step",
+                 .ylabel = "loss"};
+  const auto [xs, ys] = tail(curves);
+  zoom.series.push_back(ex::line(xs, ys, {.label = variant, .color = "#ff7f0e"}));
+  if (!compare.val.empty()) {
+    const auto [cx, cy] = tail(compare);
+    zoom.series.push_back(
+        ex::line(cx, cy,
+                 {.label = std::filesystem::path(flags.compare).filename().string(),
+                  .color = "#d62728",
+                  .dash = "6 3"}));
+  }
+  if (q4_loss) {
+    const std::vector<double> tail_x = {0.2 * last_step, last_step};
+    ex::Style style = q4_style;
+    style.label = "q4_0 of " + std::filesystem::path(flags.q4_baseline).filename().string();
+    zoom.series.push_back(ex::line(tail_x, q4_y, style));
+  }
+  panels.push_back(std::move(zoom));
+  if (load && !load->steps().empty()) {
+    // Each expert's share of the routed slots: the mean over the layers bold, each layer thin.
+    ex::Panel shares{.title = "expert load (share of the routed token slots)",
+                     .xlabel = "step",
+                     .ylabel = "share"};
+    for (index_t e = 0; e < load->experts(); ++e) {
+      const char* color = ex::kTab10[static_cast<std::size_t>(e) % ex::kTab10.size()];
+      for (index_t l = 0; l < load->layers(); ++l) {
+        shares.series.push_back(
+            ex::line(load->steps(), load->series(l, e), {.color = color, .width = 0.6}));
+      }
+      shares.series.push_back(ex::line(
+          load->steps(), load->mean_series(e),
+          {.label = "expert " + std::to_string(e) + (e == 0 ? " (bold: mean of layers)" : ""),
+           .color = color,
+           .width = 2}));
+    }
+    const std::vector<double> balanced(2, 1.0 / static_cast<double>(load->experts()));
+    const std::vector<double> span = {load->steps().front(), load->steps().back()};
+    shares.series.push_back(
+        ex::line(span, balanced, {.label = "balanced, 1/E", .color = "#7f7f7f", .dash = "2 3"}));
+    panels.push_back(std::move(shares));
+  }
+  std::string ffn = "F " + std::to_string(config.d_ff);
+  if (config.is_moe()) {
+    ffn = std::to_string(config.n_experts) + " experts of F " + std::to_string(config.d_ff) +
+          ", top-" + std::to_string(config.experts_per_token);
+  }
+  std::snprintf(title, sizeof title,
+                "train_gpt: %s D %lld, L %lld, H %lld, %s%s on Debian's fortunes",
+                family_label(flags).c_str(), static_cast<long long>(flags.d_model),
+                static_cast<long long>(flags.layers), static_cast<long long>(flags.heads),
+                ffn.c_str(), flags.bitlinear ? ", BitLinear b1.58" : "");
+  return ex::svg(panels, 400.0 * static_cast<double>(panels.size()), 420, title);
+}
+
+/// The validation loss of the float checkpoint at `path` (a model of `config`) after rounding
+/// every Linear to q4_0, on `batches`: --q4-baseline. @throws UsageError as load_initial_weights.
+template <class Model>
+double q4_baseline_loss(const std::string& path, const dissect::TransformerConfig& config,
+                        const std::map<std::string, std::string>& expected,
+                        std::span<const Batch> batches, index_t B, index_t T) {
+  Model float_model(config, {.seed = 0});
+  try {
+    load_initial_weights(float_model, path, expected);
+  } catch (const UsageError& error) {
+    // load_initial_weights names --init; this file came through --q4-baseline.
+    throw UsageError("--q4-baseline" +
+                     std::string(error.what()).substr(std::string("--init").size()));
+  }
+  dissect::quantize_model(float_model, dissect::WeightFormat::q4_0);
+  return evaluate(float_model, batches, B, T);
+}
+
+/// Trains a `Model` (GPT2Model, LlamaModel or MixtralModel) as `flags` (validated) say.
+template <class Model>
 int run(const Flags& flags, Outputs& outputs) {
   auto& figure = outputs.figure;
   auto& curves_file = outputs.curves;
@@ -562,17 +840,47 @@ int run(const Flags& flags, Outputs& outputs) {
   if (!flags.init.empty()) {
     load_initial_weights(
         model, flags.init,
-        checkpoint_metadata(flags, config, corpus, 0, std::nullopt, tokenizer_json));
+        checkpoint_metadata<Model>(flags, config, corpus, 0, std::nullopt, tokenizer_json));
   }
 
+  char ffn[96];
+  if (config.is_moe()) {
+    std::snprintf(ffn, sizeof ffn, "%lld experts of F %lld, top-%lld",
+                  static_cast<long long>(config.n_experts), static_cast<long long>(config.d_ff),
+                  static_cast<long long>(config.experts_per_token));
+  } else {
+    std::snprintf(ffn, sizeof ffn, "F %lld", static_cast<long long>(config.d_ff));
+  }
+  const dissect::ParameterCount count = dissect::count_parameters(config);
+  const std::string active =
+      config.is_moe() ? ", " + dissect::format_count(count.active) + " active a token" : "";
   std::printf(
-      "train_gpt: GPT-2 D %lld, L %lld, H %lld, F %lld, context %lld, vocabulary %lld "
-      "(tied head): %s parameters (12·D²·L = %s)\n",
-      static_cast<long long>(config.d_model), static_cast<long long>(config.n_layers),
-      static_cast<long long>(config.n_heads), static_cast<long long>(config.d_ff),
+      "train_gpt: %s D %lld, L %lld, H %lld, %s, context %lld, vocabulary %lld "
+      "(tied head): %s parameters%s (12·D²·L = %s)\n",
+      family_label(flags).c_str(), static_cast<long long>(config.d_model),
+      static_cast<long long>(config.n_layers), static_cast<long long>(config.n_heads), ffn,
       static_cast<long long>(config.context), static_cast<long long>(vocab),
-      dissect::format_count(model.parameter_count()).c_str(),
+      dissect::format_count(model.parameter_count()).c_str(), active.c_str(),
       dissect::format_count(12 * config.d_model * config.d_model * config.n_layers).c_str());
+  if constexpr (Model::style.moe) {
+    // The load-balancing loss is a routing option of each layer's mixture, not of the config.
+    const double coef = flags.aux_loss.value_or(kDefaultAuxLoss);
+    for (std::size_t i = 0; i < model.layers().size(); ++i) {
+      dissect::MoeRouting routing = model.layers().at(i).ffn().routing();
+      routing.load_balancing_coef = coef;
+      model.layers().at(i).ffn().set_routing(routing);
+    }
+    std::printf("  router D → E without bias in each layer; load-balancing loss × %g\n", coef);
+  }
+  if (flags.bitlinear) {
+    // Every Linear of every block: the head is the tied embedding, and a router stays float (its
+    // E scores choose experts; BitNet quantises the model's projections).
+    const auto layers = dissect::use_bitlinear(model, {.exclude_modules = {"lm_head", "router"}});
+    std::printf(
+        "  BitLinear (b1.58: ternary absmean W, int8 absmax x per token, straight-through) in "
+        "%zu Linear layers, %s … %s; the tied head stays float\n",
+        layers.size(), layers.front().c_str(), layers.back().c_str());
+  }
   std::printf(
       "  data: %s bytes of %zu fortune files in %s (read in %.2f s): %s train, %s "
       "validation %s\n",
@@ -593,7 +901,7 @@ int run(const Flags& flags, Outputs& outputs) {
   if (outputs.save_init.enabled()) {
     dissect::save_model(
         outputs.save_init.path(), model,
-        checkpoint_metadata(flags, config, corpus, 0, std::nullopt, tokenizer_json));
+        checkpoint_metadata<Model>(flags, config, corpus, 0, std::nullopt, tokenizer_json));
     outputs.save_init.written_elsewhere();
     std::cout << "wrote the initial weights to " << outputs.save_init.path() << "\n";
     return 0;
@@ -616,6 +924,17 @@ int run(const Flags& flags, Outputs& outputs) {
   }
   dissect::Generator train_generator(flags.seed + 1000);
 
+  // --q4-baseline's loss first: a file that does not fit fails before any evaluation.
+  std::optional<double> q4_loss;
+  if (!flags.q4_baseline.empty()) {
+    q4_loss = q4_baseline_loss<Model>(
+        flags.q4_baseline, config,
+        checkpoint_metadata<Model>(flags, config, corpus, 0, std::nullopt, tokenizer_json),
+        valid_batches, B, T);
+    std::printf("q4_0 baseline: %s with every Linear rounded to q4_0: val %.4f\n",
+                flags.q4_baseline.c_str(), *q4_loss);
+  }
+
   Curves curves;
   curves.val_step.push_back(0);
   curves.val.push_back(evaluate(model, valid_batches, B, T));
@@ -629,8 +948,29 @@ int run(const Flags& flags, Outputs& outputs) {
                                           .context = T,
                                           .lr = flags.lr,
                                           .warmup = warmup_steps(flags)};
+  // A mixture's load is read from each step's routing and reported with the validation loss.
+  ExpertLoad load(config.n_layers, config.n_experts);
+  index_t steps_done = 0;
+  const auto on_step = [&](const typename Model::Cache& cache, bool report) {
+    ++steps_done;
+    if constexpr (Model::style.moe) {
+      load.add(cache);
+      if (!report) return;
+      load.report(steps_done);
+      const auto& shares = load.rows().back();
+      std::printf("  expert load, mean of %lld layers:", static_cast<long long>(load.layers()));
+      for (index_t e = 0; e < load.experts(); ++e) {
+        std::printf(" %.3f", load.mean_series(e).back());
+      }
+      std::printf(" (each layer's within %.3f … %.3f; balanced: %.3f)\n",
+                  *std::min_element(shares.begin(), shares.end()),
+                  *std::max_element(shares.begin(), shares.end()),
+                  1.0 / static_cast<double>(load.experts()));
+      std::fflush(stdout);
+    }
+  };
   const auto time = dissect::examples::train_model(model, optimizers, loop, train, train_generator,
-                                                   valid_batches, curves);
+                                                   valid_batches, curves, on_step);
   const index_t last = std::min(flags.steps, flags.eval_every);
   double last_mean = 0;
   for (index_t i = flags.steps - last; i < flags.steps; ++i)
@@ -647,50 +987,42 @@ int run(const Flags& flags, Outputs& outputs) {
       static_cast<double>(n - n_train) / static_cast<double>(valid_bytes);
   std::printf("val loss per byte %.4f nats (%s tokenizer, %.3f tokens a byte)\n",
               curves.val.back() * tokens_per_byte, flags.tokenizer.c_str(), tokens_per_byte);
+  if (q4_loss) {
+    std::printf("against --q4-baseline's q4_0 rounding: val %.4f here, %.4f there (%+.4f)\n",
+                curves.val.back(), *q4_loss, curves.val.back() - *q4_loss);
+  }
 
   if (outputs.checkpoint.enabled()) {
-    dissect::save_model(
-        outputs.checkpoint.path(), model,
-        checkpoint_metadata(flags, config, corpus, flags.steps, curves.val.back(), tokenizer_json));
+    auto metadata = checkpoint_metadata<Model>(flags, config, corpus, flags.steps,
+                                               curves.val.back(), tokenizer_json);
+    if (flags.bitlinear) {
+      // The file holds what the trained layers multiply by, Q(W) = round(W/γ)·γ, not the float
+      // master weights: a reader that knows nothing of BitLinear (dissect generate, dissect
+      // quantize) then runs ternary weights. It runs the activations in float, where training
+      // rounded them to int8 per token.
+      Model ternary = model;
+      dissect::for_each_layer(ternary, [](const std::string&, dissect::Linear<float>& layer) {
+        if (!layer.bitlinear()) return;
+        layer.set_bitlinear(false);
+        auto w = layer.weight().matrix();
+        dissect::ternary_fake_quantize<float>(w, w);
+      });
+      metadata.emplace("bitlinear",
+                       "weights are BitLinear's Q(W), ternary times a per-tensor scale");
+      dissect::save_model(outputs.checkpoint.path(), ternary, metadata);
+    } else {
+      dissect::save_model(outputs.checkpoint.path(), model, metadata);
+    }
     outputs.checkpoint.written_elsewhere();
     std::cout << "wrote " << outputs.checkpoint.path() << "\n";
   }
   if (curves_file.enabled()) {
-    curves_file.write(curves_csv(curves));
+    curves_file.write(curves_csv(curves, Model::style.moe ? &load : nullptr));
     std::cout << "wrote " << curves_file.path() << "\n";
   }
   if (figure.enabled()) {
-    namespace ex = dissect::examples;
-    // The training loss per step is noisy; its mean over each report interval is drawn on top.
-    const auto [mean_step, mean_loss] = ex::interval_means(curves);
-    std::vector<ex::Series> loss_series = {
-        ex::line(curves.step, curves.train,
-                 {.label = "train (per step)", .color = "#aec7e8", .width = 1}),
-        ex::line(mean_step, mean_loss, {.label = "train (interval mean)", .color = "#1f77b4"}),
-        ex::line(curves.val_step, curves.val, {.label = "validation", .color = "#ff7f0e"})};
-    if (!compare.val.empty()) {
-      loss_series.push_back(ex::line(
-          compare.val_step, compare.val,
-          {.label = "validation, " + std::filesystem::path(flags.compare).filename().string(),
-           .color = "#d62728",
-           .dash = "6 3"}));
-    }
-    const std::vector<ex::Panel> panels = {
-        {.title = flags.bpe_merges ? "cross-entropy loss (nats per BPE token)"
-                                   : "cross-entropy loss (nats per byte)",
-         .xlabel = "step",
-         .ylabel = "loss",
-         .series = std::move(loss_series)},
-        {.title = "learning rate",
-         .xlabel = "step",
-         .ylabel = "lr",
-         .series = {ex::line(curves.step, curves.lr, {.color = "#2ca02c"})}}};
-    char title[160];
-    std::snprintf(title, sizeof title,
-                  "train_gpt: GPT-2 D %lld, L %lld, H %lld, context %lld on Debian's fortunes",
-                  static_cast<long long>(flags.d_model), static_cast<long long>(flags.layers),
-                  static_cast<long long>(flags.heads), static_cast<long long>(flags.context));
-    figure.write(ex::svg(panels, 1000, 420, title));
+    figure.write(
+        draw_figure(flags, config, curves, compare, q4_loss, Model::style.moe ? &load : nullptr));
     std::cout << "wrote " << figure.path() << "\n";
   }
   return 0;
@@ -713,6 +1045,8 @@ int main(int argc, char** argv) {
     Outputs outputs{ex::OutputFile("--svg", flags.svg), ex::OutputFile("--curves", flags.curves),
                     ex::OutputFile("--checkpoint", flags.checkpoint),
                     ex::OutputFile("--save-init", flags.save_init)};
-    return run(flags, outputs);
+    if (flags.experts > 0) return run<dissect::MixtralModel<float>>(flags, outputs);
+    if (flags.family == "llama") return run<dissect::LlamaModel<float>>(flags, outputs);
+    return run<dissect::GPT2Model<float>>(flags, outputs);
   });
 }

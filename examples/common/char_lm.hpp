@@ -89,16 +89,25 @@ struct TrainTime {
   double total = 0, training = 0;
 };
 
+/// The default step hook of train_model: nothing.
+struct NoStepHook {
+  template <class Cache>
+  void operator()(const Cache&, bool) const {}
+};
+
 /// Runs `loop` on `model` with `optimizer` (anything with set_lr(double) and step()): before
 /// step s, sample_batch from `train` with `generator` and set learning_rate(s); zero_grad,
 /// loss_and_backward, step. After each report, the evaluation over `valid` is appended to
 /// `curves` (whose step-0 evaluation the caller has made) and a print_progress line printed; on
-/// a terminal the line is redrawn between reports too, at most ten times a second.
+/// a terminal the line is redrawn between reports too, at most ten times a second. After every
+/// step (and its report line, if any) on_step(cache, report) sees the training forward's cache:
+/// what a caller records about training beyond the loss (a mixture's routing, say), outside the
+/// timed step.
 /// @throws std::runtime_error naming the step when the loss is not finite.
-template <class Model, class Optimizer>
+template <class Model, class Optimizer, class StepHook = NoStepHook>
 TrainTime train_model(Model& model, Optimizer& optimizer, const TrainLoop& loop,
                       std::span<const index_t> train, Generator& generator,
-                      std::span<const Batch> valid, Curves& curves);
+                      std::span<const Batch> valid, Curves& curves, StepHook&& on_step = {});
 
 /// A report line: "step     10/30  loss 3.1234  val 3.0123  lr 3.00e-03  9,876 tok/s  ETA 4s";
 /// `val` < 0 when there is none (a redraw between reports). On a terminal the line is drawn
@@ -182,10 +191,10 @@ inline std::pair<std::vector<double>, std::vector<double>> interval_means(const 
   return {std::move(mean_step), std::move(mean_loss)};
 }
 
-template <class Model, class Optimizer>
+template <class Model, class Optimizer, class StepHook>
 TrainTime train_model(Model& model, Optimizer& optimizer, const TrainLoop& loop,
                       std::span<const index_t> train, Generator& generator,
-                      std::span<const Batch> valid, Curves& curves) {
+                      std::span<const Batch> valid, Curves& curves, StepHook&& on_step) {
   const index_t B = loop.batch, T = loop.context;
   Batch batch(B, T);
   typename Model::Cache cache;
@@ -240,6 +249,7 @@ TrainTime train_model(Model& model, Optimizer& optimizer, const TrainLoop& loop,
                      interval_loss / static_cast<double>(interval_steps), val, lr,
                      tokens_per_second, eta);
     }
+    on_step(std::as_const(cache), report);
     if (report) interval_loss = 0, interval_steps = 0, interval_seconds = 0;
   }
   time.total = seconds_since(start);
