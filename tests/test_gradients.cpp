@@ -184,7 +184,7 @@ TEST(ClipGradNormErrors, BadArgumentsAndNonFiniteNormsNameTheOperation) {
   // Finite gradients whose squares overflow double: the message says so.
   dv(1, 1) = 1e200;
   EXPECT_THROW_WITH(clip_grad_norm(refs, 1.0, {.error_if_nonfinite = true}), Error,
-                    "is inf; every gradient is finite, the sum of their powers overflows");
+                    "is inf; every gradient is finite, their norm overflows");
   EXPECT_THROW_WITH(scale_grad(refs, NAN), ConfigError, "scale_grad: factor must be finite");
 }
 

@@ -73,7 +73,9 @@ double total_grad_norm(const std::vector<ParameterRef<Scalar>>& parameters, doub
       if (std::isinf(p)) {
         total = a > total ? a : total;
       } else if (p == 2) {
-        total += a * a;  // float gradients: no overflow, the largest square is < 1e77
+        // Float gradients cannot overflow this (a square is < 1e77); double ones beyond 1e154 can,
+        // and the norm is then ∞, as the error_if_nonfinite message says.
+        total += a * a;
       } else if (p == 1) {
         total += a;
       } else {
@@ -99,8 +101,8 @@ std::string first_nonfinite_gradient(const std::vector<ParameterRef<Scalar>>& pa
       }
     }
   }
-  // The gradients are finite but the sum of their powers overflowed.
-  return "; every gradient is finite, the sum of their powers overflows";
+  // Every gradient is finite but the norm overflows (Σ|g|ᵖ in double, or the norm in Scalar).
+  return "; every gradient is finite, their norm overflows";
 }
 
 }  // namespace detail
