@@ -14,7 +14,8 @@
 // save_model / load_model round trips through a temporary file and generation, against a plain
 // twin that is never merged or packed. A mixture of experts of random (D, E, k) and routing
 // options is checked against the naive per-token loop written here, and its bad calls (shapes,
-// routings, NaN and Inf) against a snapshot of its state.
+// routings, NaN and Inf) against a snapshot of its state. Dropout is driven through train/eval
+// switches, seeds, masked and drawn forwards and backwards, against the masks it must replay.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,6 +34,7 @@
 #include "dissect/activation.hpp"
 #include "dissect/blocks.hpp"
 #include "dissect/blocks/mixture_of_experts.hpp"
+#include "dissect/dropout.hpp"
 #include "dissect/io/lora_file.hpp"
 #include "dissect/io/model_file.hpp"
 #include "dissect/io/state_dict.hpp"
@@ -1280,6 +1282,221 @@ TEST(ApiFuzz, AMixtureOfExpertsAgreesWithThePerTokenLoopOrRefusesAndChangesNothi
   // Most forwards were compared; near-ties at the top-k's cut are rare.
   EXPECT_GT(fuzz.compared(), steps / 6);
   EXPECT_LT(fuzz.skipped(), 1 + fuzz.compared() / 100);
+}
+
+// ---- dropout ----------------------------------------------------------------------------------
+
+/// Random sequences of Dropout calls — mode switches, new seeds, drawn and given masks, backward
+/// with right and wrong shapes, NaN and ∞ in x — against what the cache must hold: after every
+/// call the cache equals the reference (shape, mask, draw count) or the call threw and changed
+/// nothing. Invariants: evaluation (and p = 0) is the identity; a mask's values are 0 and
+/// scale(); the same seed and draw number give the same mask (a twin module replays it);
+/// backward multiplies by the forward's mask; the kept fraction is near 1 − p over the run.
+class DropoutFuzz {
+ public:
+  explicit DropoutFuzz(std::uint64_t seed) : engine_(seed) { rebuild(); }
+
+  bool step() {
+    switch (pick(0, 7)) {
+      case 0:
+        if (pick(0, 10) == 0) rebuild();
+        dropout_->set_training(!dropout_->training());
+        return check();
+      case 1:
+        return inference();
+      case 2:
+      case 3:
+        return drawn();
+      case 4:
+        return masked();
+      case 5:
+      case 6:
+        return backward();
+      default:
+        if (pick(0, 3) == 0) cache_ = {}, ref_ = {};  // a fresh cache starts at draw 0
+        return check();
+    }
+  }
+
+  /// The kept count over every drawn mask, against its binomial expectation.
+  void expect_kept_fraction() const {
+    EXPECT_GT(elements_, 10'000);
+    EXPECT_NEAR(kept_, expected_kept_, 5 * std::sqrt(variance_) + 1) << "of " << elements_;
+  }
+
+ private:
+  struct State {
+    std::vector<index_t> shape;
+    std::vector<double> mask;
+    bool masked = false;
+    std::uint64_t draws = 0;
+  };
+
+  index_t pick(index_t low, index_t high) {
+    return std::uniform_int_distribution<index_t>(low, high)(engine_);
+  }
+
+  void rebuild() {
+    static constexpr double ps[] = {0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0};
+    seed_ = static_cast<std::uint64_t>(pick(0, 1'000'000));
+    dropout_.emplace(ps[pick(0, 6)], DropoutOptions{.seed = seed_});
+    cache_ = {};
+    ref_ = {};
+  }
+
+  Tensor<double, 3> input(bool wrong = false) {
+    Shape<3> shape{pick(0, 3), pick(1, 4), pick(1, 5)};
+    if (wrong && !ref_.shape.empty()) {
+      std::copy(ref_.shape.begin(), ref_.shape.end(), shape.begin());
+      shape[pick(0, 2)] += pick(1, 2);
+    } else if (!wrong && pick(0, 2) > 0 && !ref_.shape.empty()) {
+      std::copy(ref_.shape.begin(), ref_.shape.end(), shape.begin());  // the cached x's shape
+    }
+    Tensor<double, 3> x(shape);
+    for (double& v : x) {
+      const index_t r = pick(0, 40);
+      v = r == 0   ? NAN
+          : r == 1 ? -std::numeric_limits<double>::infinity()
+                   : static_cast<double>(pick(-4, 4));
+    }
+    return x;
+  }
+
+  bool check() {
+    EXPECT_EQ(cache_.shape, ref_.shape);
+    EXPECT_EQ(cache_.masked, ref_.masked);
+    EXPECT_EQ(cache_.draws, ref_.draws);
+    if (ref_.masked) {
+      EXPECT_TRUE(
+          std::equal(cache_.mask.begin(), cache_.mask.end(), ref_.mask.begin(), ref_.mask.end()));
+    }
+    return !::testing::Test::HasFailure();
+  }
+
+  /// y = x ⊙ mask elementwise, NaN where IEEE says so.
+  static bool product_equals(const Tensor<double, 3>& y, const Tensor<double, 3>& x,
+                             const std::vector<double>& mask) {
+    for (index_t i = 0; i < y.size(); ++i) {
+      const double expected = x.data()[i] * mask[static_cast<std::size_t>(i)];
+      const double got = y.data()[i];
+      if (!(got == expected || (std::isnan(got) && std::isnan(expected)))) return false;
+    }
+    return true;
+  }
+
+  static bool identical(const Tensor<double, 3>& a, const Tensor<double, 3>& b) {
+    if (a.shape() != b.shape()) return false;
+    for (index_t i = 0; i < a.size(); ++i) {
+      const double p = a.data()[i], q = b.data()[i];
+      if (!(p == q || (std::isnan(p) && std::isnan(q)))) return false;
+    }
+    return true;
+  }
+
+  bool inference() {
+    const auto x = input();
+    const bool identity = !dropout_->training() || dropout_->p() == 0;
+    if (identity) {
+      EXPECT_TRUE(identical(dropout_->forward(x), x)) << "evaluation is the identity";
+    } else {
+      EXPECT_THROW((void)dropout_->forward(x), Error);
+    }
+    return check();
+  }
+
+  bool drawn() {
+    const auto x = input();
+    const auto y = dropout_->forward(x, cache_);
+    ref_.shape.assign(x.shape().begin(), x.shape().end());
+    if (!dropout_->training() || dropout_->p() == 0) {
+      ref_.masked = false;
+      EXPECT_TRUE(identical(y, x)) << "evaluation is the identity";
+      return check();
+    }
+    // The mask this draw must be: a twin of the same seed, its cache at the same draw number.
+    Dropout<double> twin(dropout_->p(), {.seed = seed_});
+    Dropout<double>::Cache replay;
+    replay.draws = ref_.draws;
+    (void)twin.forward(x, replay);
+    ref_.masked = true;
+    ++ref_.draws;
+    ref_.mask.assign(replay.mask.begin(), replay.mask.end());
+    const double scale = dropout_->scale();
+    for (const double m : ref_.mask) {
+      EXPECT_TRUE(m == 0.0 || m == scale) << m;
+      kept_ += m != 0.0;
+    }
+    const double n = static_cast<double>(x.size()), p = dropout_->p();
+    elements_ += x.size();
+    expected_kept_ += n * (1 - p);
+    variance_ += n * p * (1 - p);
+    EXPECT_TRUE(product_equals(y, x, ref_.mask)) << "y = x ⊙ mask";
+    return check();
+  }
+
+  bool masked() {
+    const bool wrong_shape = pick(0, 5) == 0, wrong_value = pick(0, 5) == 0;
+    const auto x = input();
+    Tensor<double, 3> keep(x.shape());
+    for (double& k : keep) k = static_cast<double>(pick(0, 1));
+    if (wrong_shape) {
+      keep = Tensor<double, 3>({x.dim(0) + 1, x.dim(1), x.dim(2)});
+    } else if (wrong_value && keep.size() > 0) {
+      keep.data()[pick(0, keep.size() - 1)] = 0.5;
+    }
+    if (wrong_shape || (wrong_value && keep.size() > 0)) {
+      EXPECT_THROW((void)dropout_->forward_masked(x, keep, cache_), Error);
+      return check();
+    }
+    const auto y = dropout_->forward_masked(x, keep, cache_);
+    ref_.shape.assign(x.shape().begin(), x.shape().end());
+    ref_.masked = true;
+    const double kept = dropout_->p() < 1 ? dropout_->scale() : 0.0;
+    ref_.mask.assign(keep.begin(), keep.end());
+    for (double& m : ref_.mask) m = m == 1.0 ? kept : 0.0;
+    EXPECT_TRUE(product_equals(y, x, ref_.mask)) << "y = x ⊙ keep·scale";
+    return check();
+  }
+
+  bool backward() {
+    const bool wrong = pick(0, 3) == 0;
+    const auto x = input(wrong);
+    const bool fits =
+        std::equal(ref_.shape.begin(), ref_.shape.end(), x.shape().begin(), x.shape().end());
+    Tensor<double, 3> dy(x.shape());
+    for (double& v : dy) v = static_cast<double>(pick(-4, 4));
+    if (!fits) {
+      EXPECT_THROW((void)dropout_->backward(x, cache_, dy), ShapeError);
+      return check();
+    }
+    if (pick(0, 4) == 0) {
+      const Tensor<double, 3> other({x.dim(0), x.dim(1), x.dim(2) + 1});
+      EXPECT_THROW((void)dropout_->backward(x, cache_, other), ShapeError);
+    }
+    const auto dx = dropout_->backward(x, cache_, dy);
+    if (ref_.masked) {
+      EXPECT_TRUE(product_equals(dx, dy, ref_.mask)) << "backward uses the forward's mask";
+    } else {
+      EXPECT_TRUE(identical(dx, dy));
+    }
+    return check();
+  }
+
+  std::mt19937_64 engine_;
+  std::uint64_t seed_ = 0;
+  std::optional<Dropout<double>> dropout_;
+  Dropout<double>::Cache cache_;
+  State ref_;
+  double kept_ = 0, expected_kept_ = 0, variance_ = 0;
+  index_t elements_ = 0;
+};
+
+TEST(ApiFuzz, DropoutReplaysItsMasksAndRefusesWithoutChangingTheCache) {
+  DropoutFuzz fuzz(20261204);
+  for (int i = 0; i < 100'000; ++i) {
+    ASSERT_TRUE(fuzz.step()) << "at step " << i;
+  }
+  fuzz.expect_kept_fraction();
 }
 
 // ---- a whole small model ----------------------------------------------------------------------

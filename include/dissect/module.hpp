@@ -117,10 +117,10 @@ concept FreezableLayer = requires(L& layer, const L& const_layer) {
 template <Module M, class Visitor>
 void for_each_layer(M& module, Visitor&& visit);
 
-/// A layer that computes differently while training and in evaluation (BatchNorm's statistics):
-/// set_training(mode) is torch's module.train(mode) (train(False) = eval()), training() its
-/// module.training. Layers without a mode (Linear, LayerNorm) do not model it; the training step
-/// remains the forward(x, cache) overload, whatever the mode.
+/// A layer that computes differently while training and in evaluation (BatchNorm's statistics,
+/// Dropout's masks): set_training(mode) is torch's module.train(mode) (train(False) = eval()),
+/// training() its module.training. Layers without a mode (Linear, LayerNorm) do not model it; the
+/// training step remains the forward(x, cache) overload, whatever the mode.
 template <class L>
 concept ModalLayer = requires(L& layer, const L& const_layer) {
   layer.set_training(true);

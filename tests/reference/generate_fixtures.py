@@ -1742,6 +1742,97 @@ def generate_batch_norm(root: Path):
 BLOCKS["batch_norm"] = generate_batch_norm
 
 
+# ---- dropout: nn.Dropout's training forward and backward under a fixed mask ---------------------
+
+
+# (name, input shape, p): ranks 1-3; p whose 1/(1 - p) is exact (0.5) and inexact (0.1, 0.3, 0.9).
+DROPOUT_CASES = [
+    ("n7_p0.1", (7,), 0.1),
+    ("b2x5_p0.5", (2, 5), 0.5),
+    ("b2x3x4_p0.3", (2, 3, 4), 0.3),
+    ("b4x6_p0.9", (4, 6), 0.9),
+]
+
+
+def dropout_fixture(shape, p, dtype, seed):
+    """F.dropout in training mode, its mask recovered by replaying the same seed: torch's CPU
+    dropout is input * noise with noise = bernoulli_(1 - p).div_(1 - p), so re-seeding and drawing
+    noise again gives the 0/1 mask (keep) that produced y. The script checks that y is exactly
+    x * keep.div(1 - p) and dx exactly dy * keep.div(1 - p) before writing them."""
+    torch.manual_seed(seed)
+    x = (randn(*shape, dtype=dtype) * 3).requires_grad_(True)
+    dy = randn(*shape, dtype=dtype)
+    draw_seed = seed ^ 0x5EED
+    torch.manual_seed(draw_seed)
+    y = torch.nn.functional.dropout(x, p=p, training=True)
+    (y * dy).sum().backward()
+    torch.manual_seed(draw_seed)
+    keep = torch.empty_like(x).bernoulli_(1 - p)
+    noise = keep.clone().div_(1 - p)
+    if not torch.equal(y, x.detach() * noise) or not torch.equal(x.grad, dy * noise):
+        raise AssertionError(f"dropout {shape} p={p}: the replayed mask does not give torch's y")
+    if keep.sum() == 0 or keep.sum() == keep.numel():
+        raise AssertionError(f"dropout {shape} p={p}: the mask should keep some and drop some")
+    meta = {"p": repr(float(p))}
+    tensors = {"x": x, "keep": keep, "y": y, "dy": dy, "dx": x.grad}
+    return meta, {k: v.detach() for k, v in tensors.items()}
+
+
+def generate_dropout(root: Path):
+    return generate_seeded_cases(root, "dropout", [
+        (base, lambda dtype, seed, c=case: dropout_fixture(*c, dtype, seed))
+        for base, *case in DROPOUT_CASES])
+
+
+BLOCKS["dropout"] = generate_dropout
+
+
+# ---- clip_grad: torch.nn.utils.clip_grad_norm_ over several parameters --------------------------
+
+
+# (name, norm_type, max_norm as a multiple of the total norm, gradient scale): clipping (the
+# multiple below 1) and not (above 1, where torch still multiplies by the clamped coefficient 1),
+# the 2-norm and the max-norm, gradients large and small.
+CLIP_GRAD_CASES = [
+    ("l2_clip", 2.0, 0.25, 1.0),
+    ("l2_noclip", 2.0, 4.0, 1.0),
+    ("l2_clip_scale1e3", 2.0, 0.5, 1e3),
+    ("inf_clip", math.inf, 0.25, 1.0),
+    ("inf_noclip", math.inf, 3.0, 1e-3),
+    ("l1_clip", 1.0, 0.5, 1.0),
+]
+CLIP_GRAD_SHAPES = [(3, 4), (4,), (2, 2, 3)]
+
+
+def clip_grad_fixture(norm_type, multiple, scale, dtype, seed):
+    """Three parameters' gradients before and after clip_grad_norm_, and the total norm it
+    returned (a tensor of one value). max_norm is a round number near multiple · norm."""
+    torch.manual_seed(seed)
+    params = [torch.nn.Parameter(torch.zeros(s, dtype=dtype)) for s in CLIP_GRAD_SHAPES]
+    for p in params:
+        p.grad = randn(*p.shape, dtype=dtype) * scale
+    before = [p.grad.clone() for p in params]
+    exact = torch.cat([g.double().reshape(-1) for g in before]).norm(norm_type).item()
+    max_norm = float("%.2g" % (multiple * exact))
+    total = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)
+    meta = {"norm_type": repr(float(norm_type)), "max_norm": repr(max_norm)}
+    tensors = {}
+    for i, (g, p) in enumerate(zip(before, params)):
+        tensors[f"grad{i}"] = g
+        tensors[f"clipped{i}"] = p.grad.clone()
+    tensors["total_norm"] = total.reshape(1)
+    return meta, tensors
+
+
+def generate_clip_grad(root: Path):
+    return generate_seeded_cases(root, "clip_grad", [
+        (base, lambda dtype, seed, c=case: clip_grad_fixture(*c, dtype, seed))
+        for base, *case in CLIP_GRAD_CASES])
+
+
+BLOCKS["clip_grad"] = generate_clip_grad
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("blocks", nargs="*", metavar="block",
