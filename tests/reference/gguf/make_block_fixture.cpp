@@ -4,8 +4,8 @@
 //
 // The file holds one F32 tensor "source" [16 rows × 512] of deliberately awkward rows, and for
 // each block type T (f16 … q8_K, then tq2_0): tensor "T" of type T (ggml_quantize_chunk(T,
-// source) — what llama_model_quantize runs without an importance matrix; q8_K, an activation format that
-// ggml_quantize_chunk refuses, comes from quantize_row_q8_K_ref) and tensor "T.dequantized"
+// source) — what llama_model_quantize runs without an importance matrix; q8_K, an activation format
+// that ggml_quantize_chunk refuses, comes from quantize_row_q8_K_ref) and tensor "T.dequantized"
 // [16 × 512] F32 (ggml's dequantize_row_T of those bytes). Its metadata has one key of every
 // GGUF value type, with values the reader test knows.
 //
