@@ -4,16 +4,22 @@
     bench/compare_builds.py OLD_BINARY NEW_BINARY [--filter REGEX] [--rounds N] [--repetitions N]
 
 Runs OLD, NEW, OLD, NEW, ... (--rounds pairs, interleaved so that a slow spell of the machine
-hits both), each with --benchmark_repetitions and aggregates only, and prints one row per
-benchmark: the median real time of each build over all its repetitions, and old/new (≥ 1: the new
+hits both), each with --benchmark_repetitions, and prints one row per benchmark: the median real time of each build over all its repetitions, and old/new (≥ 1: the new
 build is at least as fast), and old/old: the first round of the old build against its last, the
 noise floor an identical binary shows on this machine in the same session. The last line names
 the smallest ratio. Exits 1 if a benchmark ran in
 one build only (a renamed case would otherwise drop out of the comparison unseen).
+
+--per-case interleaves at the finest grain instead: for each benchmark in turn, its rounds run
+old, new, new, old, old, new, ... (ABBA, so that a drift within the case's own seconds falls on
+both builds alike), each a process of its own with that one case. A whole-binary round takes
+minutes, and on a shared VM a slow spell of that length lands on one build's round; per case,
+both builds of a cell are timed within seconds of each other.
 """
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -37,6 +43,16 @@ def run(binary, flt, repetitions, min_time):
     return times
 
 
+def list_cases(binary, flt):
+    """The names of the benchmarks `binary` runs under `flt`, as --benchmark_list_tests gives them."""
+    out = subprocess.run([binary, f"--benchmark_filter={flt}", "--benchmark_list_tests=true"],
+                         check=True, capture_output=True, text=True).stdout
+    # The programs print their context (threads, flags, peaks) before the list: names are the
+    # unindented lines with a '/' that the filter selects.
+    return [line for line in out.splitlines()
+            if line and not line[0].isspace() and "/" in line and re.search(flt, line)]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("old")
@@ -45,16 +61,34 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--min-time", default="0.1")
+    parser.add_argument("--per-case", action="store_true",
+                        help="interleave the two builds case by case (ABBA), not whole binaries")
     args = parser.parse_args()
 
     old, new, old_rounds = {}, {}, []
-    for _ in range(args.rounds):
-        for binary, into in ((args.old, old), (args.new, new)):
-            times = run(binary, args.filter, args.repetitions, args.min_time)
-            for name, t in times.items():
-                into.setdefault(name, []).extend(t)
-            if binary is args.old:
-                old_rounds.append(times)
+    if args.per_case:
+        names = list_cases(args.old, args.filter)
+        old_rounds = [{}, {}]  # the first and the last round of the old build, per case
+        for name in names:
+            case = "^" + re.escape(name) + "$"
+            for r in range(args.rounds):
+                order = ((args.old, old), (args.new, new))
+                for binary, into in (order if r % 2 == 0 else order[::-1]):
+                    times = run(binary, case, args.repetitions, args.min_time)
+                    for got, t in times.items():
+                        into.setdefault(got, []).extend(t)
+                        if binary is args.old and r in (0, args.rounds - 1):
+                            old_rounds[0 if r == 0 else 1][got] = t
+        for name in set(list_cases(args.new, args.filter)) - set(names):
+            new[name] = []  # in the new build only: reported below
+    else:
+        for _ in range(args.rounds):
+            for binary, into in ((args.old, old), (args.new, new)):
+                times = run(binary, args.filter, args.repetitions, args.min_time)
+                for name, t in times.items():
+                    into.setdefault(name, []).extend(t)
+                if binary is args.old:
+                    old_rounds.append(times)
     missing = sorted(set(old) ^ set(new))
     print("| benchmark | old (median) | new (median) | old/new | old/old |")
     print("|---|---|---|---|---|")
