@@ -28,51 +28,42 @@ DISSECT_TARGET_AVX2 inline __m256i first_lanes(int n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
 }
 
-/// As avx512::tile: MR rows × NP panels (2·NP registers per row).
-template <int MR, int NP>
-DISSECT_TARGET_AVX2 void tile(index_t kc, const float* a, const float* b, index_t b_stride,
-                              const float* src, index_t lds, float* dst, index_t ldd, int rows,
-                              int cols, const float* next) {
-  constexpr int V = 2 * NP;  // 8-wide registers per row
-  __m256 acc[MR][V];
-  __m256i mask[V];
-#pragma GCC unroll 4
-  for (int v = 0; v < V; ++v) mask[v] = first_lanes(cols - 8 * v);
-#pragma GCC unroll 6
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) {
-      acc[i][v] = src && i < rows ? _mm256_maskload_ps(src + i * lds + 8 * v, mask[v])
-                                  : _mm256_setzero_ps();
-    }
-  }
-  for (index_t k = 0; k < kc; ++k) {
-    if (next) {
-#pragma GCC unroll 2
-      for (int p = 0; p < NP; ++p) {
-        _mm_prefetch(reinterpret_cast<const char*>(next + p * b_stride + k * 16), _MM_HINT_T0);
-      }
-    }
-    __m256 w[V];
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v)
-      w[v] = _mm256_loadu_ps(b + (v / 2) * b_stride + k * 16 + 8 * (v % 2));
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; ++i) {
-      const __m256 x = _mm256_broadcast_ss(a + k * MR + i);
-#pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) acc[i][v] = _mm256_fmadd_ps(x, w[v], acc[i][v]);
-    }
-  }
-#pragma GCC unroll 6
-  for (int i = 0; i < MR; ++i) {
-    if (i >= rows) break;
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) _mm256_maskstore_ps(dst + i * ldd + 8 * v, mask[v], acc[i][v]);
-  }
+// ---- lane operations, for gemm_tile_body.hpp ----------------------------------------------------
+
+inline constexpr int lanes = 8;
+using Mask = __m256i;
+
+DISSECT_TARGET_AVX2 inline Vec load_or_zero(Mask m, const float* p) {
+  return _mm256_maskload_ps(p, m);
+}
+DISSECT_TARGET_AVX2 inline void store_lanes(float* p, Mask m, Vec v) {
+  _mm256_maskstore_ps(p, m, v);
+}
+DISSECT_TARGET_AVX2 inline Vec load(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+DISSECT_TARGET_AVX2 inline Vec broadcast(const float* p) {
+  return _mm256_broadcast_ss(p);
 }
 
+/// The prefetch policy (gemm_tile_body.hpp's prefetch_step): every height fetches the next
+/// tile's panels into L1 as it goes; the AVX2 tiles are at most 6 rows, and their own panels are
+/// left to the hardware prefetchers.
+inline constexpr int self_prefetch_rows = 0;
+inline constexpr index_t prefetch_steps = 0;  // unused: no height streams its own panels
+inline constexpr int next_tile_hint_l2 = 0;
+inline constexpr bool prefetch_packed_a = false;
+
 }  // namespace avx2
+
+}  // namespace dissect::kernels::detail
+
+// tile<MR, NP> and finish_tile on __m256: a panel of 16 is two registers.
+#define DISSECT_GEMM_ISA avx2
+#define DISSECT_GEMM_TARGET DISSECT_TARGET_AVX2
+#include "dissect/kernels/detail/gemm_tile_body.hpp"
+
+namespace dissect::kernels::detail {
 
 /// The AVX2 path as the driver sees it.
 struct Avx2Gemm {
@@ -117,23 +108,7 @@ struct Avx2Gemm {
   /// As Avx512Gemm::finish, 8 columns at a time.
   DISSECT_TARGET_AVX2 static void finish(const float* tile, int rows, int n_out,
                                          const TileEpilogue& e, float* c, index_t ldc) {
-    for (int i = 0; i < rows; ++i) {
-      const float* t = tile + i * tile_columns;
-      const float* r = e.residual ? e.residual + i * e.residual_stride : nullptr;
-      for (int j = 0; j < n_out; j += 8) {
-        const __m256i m = avx2::first_lanes(n_out - j);
-        __m256 v = _mm256_maskload_ps(t + j, m);
-        if (e.bias) v = _mm256_add_ps(v, _mm256_maskload_ps(e.bias + j, m));
-        if (e.activation) v = avx2::activate(*e.activation, v);
-        if (e.gated) {
-          __m256 up = _mm256_maskload_ps(t + 16 + j, m);
-          if (e.up_bias) up = _mm256_add_ps(up, _mm256_maskload_ps(e.up_bias + j, m));
-          v = _mm256_mul_ps(v, up);
-        }
-        if (r) v = _mm256_add_ps(v, _mm256_maskload_ps(r + j, m));
-        _mm256_maskstore_ps(c + i * ldc + j, m, v);
-      }
-    }
+    avx2::finish_tile(tile, rows, n_out, e, c, ldc);
   }
 };
 

@@ -37,70 +37,42 @@ DISSECT_TARGET_AVX512 inline __mmask16 first_lanes(int n) {
   return n <= 0 ? __mmask16(0) : n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
 }
 
-/// Asks for the cache line at byte offset `ahead` from p. Integer arithmetic: the address may
-/// lie past the end of the panel (a prefetch never faults, but such a pointer would be UB).
-DISSECT_TARGET_AVX512 inline void prefetch(const float* p, index_t ahead, int hint_l2) {
-  const auto address = reinterpret_cast<std::uintptr_t>(p) + static_cast<std::uintptr_t>(ahead);
-  if (hint_l2) {
-    _mm_prefetch(reinterpret_cast<const char*>(address), _MM_HINT_T1);
-  } else {
-    _mm_prefetch(reinterpret_cast<const char*>(address), _MM_HINT_T0);
-  }
+// ---- lane operations, for gemm_tile_body.hpp ----------------------------------------------------
+
+inline constexpr int lanes = 16;
+using Mask = __mmask16;
+
+DISSECT_TARGET_AVX512 inline Vec load_or_zero(Mask m, const float* p) {
+  return _mm512_maskz_loadu_ps(m, p);
+}
+DISSECT_TARGET_AVX512 inline void store_lanes(float* p, Mask m, Vec v) {
+  _mm512_mask_storeu_ps(p, m, v);
+}
+DISSECT_TARGET_AVX512 inline Vec load(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+DISSECT_TARGET_AVX512 inline Vec broadcast(const float* p) {
+  return _mm512_set1_ps(*p);
 }
 
-/// dst[0 … rows) × [0 … cols) = (src or 0) + A·Bᵀ over kc steps, for a tile of MR rows (the
-/// packed A tile is [kc][MR]) and NP panels (b, b + b_stride, …). Streaming heights prefetch
-/// their own panels ahead; taller tiles, whose panels come from L1 after the first row tile,
-/// fetch the next tile's panels (`next`) into L2 instead.
-template <int MR, int NP>
-DISSECT_TARGET_AVX512 void tile(index_t kc, const float* a, const float* b, index_t b_stride,
-                                const float* src, index_t lds, float* dst, index_t ldd, int rows,
-                                int cols, const float* next) {
-  __m512 acc[MR][NP];
-  __mmask16 mask[NP];
-  const float* panel[NP];
-#pragma GCC unroll 4
-  for (int j = 0; j < NP; ++j) {
-    mask[j] = first_lanes(cols - 16 * j);
-    panel[j] = b + j * b_stride;
-  }
-#pragma GCC unroll 12
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 4
-    for (int j = 0; j < NP; ++j) {
-      acc[i][j] = src && i < rows ? _mm512_maskz_loadu_ps(mask[j], src + i * lds + 16 * j)
-                                  : _mm512_setzero_ps();
-    }
-  }
-  for (index_t k = 0; k < kc; ++k) {
-#pragma GCC unroll 4
-    for (int j = 0; j < NP; ++j) {
-      if constexpr (MR <= streaming_rows) {
-        prefetch(panel[j], (k + prefetch_steps) * 64, 0);
-      } else if (next) {
-        prefetch(next + j * b_stride, k * 64, 1);
-      }
-    }
-    prefetch(a, (k + 16) * MR * 4, 0);
-    __m512 w[NP];
-#pragma GCC unroll 4
-    for (int j = 0; j < NP; ++j) w[j] = _mm512_loadu_ps(panel[j] + k * 16);
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; ++i) {
-      const __m512 x = _mm512_set1_ps(a[k * MR + i]);
-#pragma GCC unroll 4
-      for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_fmadd_ps(x, w[j], acc[i][j]);
-    }
-  }
-#pragma GCC unroll 12
-  for (int i = 0; i < MR; ++i) {
-    if (i >= rows) break;
-#pragma GCC unroll 4
-    for (int j = 0; j < NP; ++j) _mm512_mask_storeu_ps(dst + i * ldd + 16 * j, mask[j], acc[i][j]);
-  }
-}
+/// The prefetch policy (gemm_tile_body.hpp's prefetch_step): streaming heights (≤
+/// streaming_rows, whose panels come from DRAM once) prefetch their own panels prefetch_steps
+/// ahead; taller tiles, whose panels come from L1 after the first row tile, fetch the next
+/// tile's panels into L2 instead; the packed A tile is prefetched 16 steps ahead.
+inline constexpr int self_prefetch_rows = static_cast<int>(streaming_rows);
+inline constexpr int next_tile_hint_l2 = 1;
+inline constexpr bool prefetch_packed_a = true;
 
 }  // namespace avx512
+
+}  // namespace dissect::kernels::detail
+
+// tile<MR, NP> and finish_tile on __m512.
+#define DISSECT_GEMM_ISA avx512
+#define DISSECT_GEMM_TARGET DISSECT_TARGET_AVX512
+#include "dissect/kernels/detail/gemm_tile_body.hpp"
+
+namespace dissect::kernels::detail {
 
 /// B rows of panels [p0, p0 + count) × depth [k0, k0 + kc) into panels of 16, as pack_b, for a
 /// B whose rows are contiguous (W in the forward product): 16 rows × 16 depth steps are
@@ -201,23 +173,7 @@ struct Avx512Gemm {
   /// c[0 … rows) × [0 … n_out) = epilogue(tile), the tile [rows][32] as the kernel left it.
   DISSECT_TARGET_AVX512 static void finish(const float* tile, int rows, int n_out,
                                            const TileEpilogue& e, float* c, index_t ldc) {
-    for (int i = 0; i < rows; ++i) {
-      const float* t = tile + i * tile_columns;
-      const float* r = e.residual ? e.residual + i * e.residual_stride : nullptr;
-      for (int j = 0; j < n_out; j += 16) {
-        const __mmask16 m = avx512::first_lanes(n_out - j);
-        __m512 v = _mm512_maskz_loadu_ps(m, t + j);
-        if (e.bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, e.bias + j));
-        if (e.activation) v = avx512::activate(*e.activation, v);
-        if (e.gated) {
-          __m512 up = _mm512_maskz_loadu_ps(m, t + 16 + j);
-          if (e.up_bias) up = _mm512_add_ps(up, _mm512_maskz_loadu_ps(m, e.up_bias + j));
-          v = _mm512_mul_ps(v, up);
-        }
-        if (r) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r + j));
-        _mm512_mask_storeu_ps(c + i * ldc + j, m, v);
-      }
-    }
+    avx512::finish_tile(tile, rows, n_out, e, c, ldc);
   }
 };
 
