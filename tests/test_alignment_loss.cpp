@@ -411,6 +411,29 @@ TEST(AlignmentAlgebra, GrpoAtTheReferenceAndOldPolicyHasNoKlAndNoMeanPolicyLoss)
   }
 }
 
+TEST(AlignmentAlgebra, NaNPropagatesAsInTorch) {
+  std::mt19937_64 engine(11);
+  auto r = random_responses(2, 4, 3, engine);
+  index_t selected = 0;
+  while (r.mask.data()[selected] == 0.0) ++selected;
+  const auto lp = sequence_log_probs(r.logits, r.targets, r.mask).token;
+  const auto advantages = random_tensor<double>(Shape<2>{2, 4}, engine);
+  Tensor<double, 2> old_log_probs = lp;
+  old_log_probs.data()[selected] = std::numeric_limits<double>::quiet_NaN();
+  const auto ppo =
+      ppo_loss(r.logits, r.targets, r.mask, {old_log_probs, advantages, lp, lp, {}}, {});
+  EXPECT_TRUE(std::isnan(ppo.loss));
+  EXPECT_TRUE(std::isnan(ppo.dlog_probs.data()[selected]));
+  EXPECT_TRUE(std::isnan(ppo.dlogits.data()[selected * 3]));
+  r.logits.data()[selected * 3] = std::numeric_limits<double>::quiet_NaN();
+  const auto seq = sequence_log_probs(r.logits, r.targets, r.mask).sequence;
+  EXPECT_TRUE(std::isnan(seq(selected / 4)));
+  const Tensor<double, 1> zeros({2});
+  const auto dpo = dpo_loss(seq, zeros, zeros, zeros, {});
+  EXPECT_TRUE(std::isnan(dpo.loss));
+  EXPECT_TRUE(std::isnan(dpo.dpolicy_chosen(selected / 4)));
+}
+
 // ---- bad input (reliability rows 102 and 103) --------------------------------------------------
 
 TEST(AlignmentErrors, InputsThatDoNotFitAreShapeErrorsOrErrorsNamingTheOp) {
@@ -445,6 +468,8 @@ TEST(AlignmentErrors, InputsThatDoNotFitAreShapeErrorsOrErrorsNamingTheOp) {
   EXPECT_THROW_WITH(
       sequence_log_probs_backward(r.logits, r.targets, r.mask, Tensor<double, 1>({3})), ShapeError,
       "sequence_log_probs_backward: dsequence has shape [3] but [N] of the logits is [2]");
+  EXPECT_THROW_WITH(sequence_log_probs_backward(r.logits, r.targets, empty, Tensor<double, 1>({2})),
+                    ShapeError, "sequence_log_probs_backward: row 1 of the mask");
 
   const Tensor<double, 1> two({2}), three({3}), none({0});
   EXPECT_THROW_WITH(dpo_loss(two, two, three, two), ShapeError,

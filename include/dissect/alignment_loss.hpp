@@ -326,6 +326,11 @@ struct Surrogate {
 inline Surrogate clipped_surrogate(double log_prob, double old_log_prob, double advantage,
                                    double eps) {
   const double ratio = std::exp(log_prob - old_log_prob);
+  if (std::isnan(ratio * advantage)) {
+    // NaN in, NaN out (the loss and the gradient both), as torch would propagate it.
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    return {nan, nan, false};
+  }
   const double clipped_ratio = std::min(std::max(ratio, 1 - eps), 1 + eps);
   const double unclipped = ratio * advantage, clipped = clipped_ratio * advantage;
   const bool inside = ratio >= 1 - eps && ratio <= 1 + eps;
@@ -357,25 +362,40 @@ requires(rank_of<L> == 3) TokenLogProbs<Scalar> sequence_log_probs(
   return out;
 }
 
+namespace detail {
+/// dlogits [N, T, V] of Σ g(n, t)·token[n, t] over the selected tokens, g(n, t) read by `grad`;
+/// checks the responses first, under `op`'s name.
+template <class Scalar, class Grad>
+Tensor<Scalar, 3> log_probs_backward(const char* op, ConstTensorView<Scalar, 3> logits,
+                                     std::span<const index_t> targets,
+                                     ConstTensorView<Scalar, 2> mask, Grad&& grad) {
+  check_responses(op, logits.shape(), targets, mask);
+  const index_t rows = logits.dim(0), steps = logits.dim(1), vocab = logits.dim(2);
+  Tensor<Scalar, 3> dlogits(logits.shape());  // zero-filled: masked-out rows get no gradient
+  for (index_t n = 0; n < rows; ++n) {
+    for (index_t t = 0; t < steps; ++t) {
+      const index_t i = n * steps + t;
+      if (mask.data()[i] == Scalar(0)) continue;
+      const Scalar* x = logits.data() + i * vocab;
+      write_row_gradient(x, vocab, log_sum_exp(x, vocab), targets[static_cast<std::size_t>(i)],
+                         static_cast<double>(grad(n, t)), 0.0, 0.0, dlogits.data() + i * vocab);
+    }
+  }
+  return dlogits;
+}
+}  // namespace detail
+
 template <TensorLike L, class Scalar>
 requires(rank_of<L> == 3) Tensor<Scalar, 3> token_log_probs_backward(
     const L& logits, std::span<const index_t> targets,
     std::type_identity_t<ConstTensorView<Scalar, 2>> mask,
     std::type_identity_t<ConstTensorView<Scalar, 2>> dtoken) {
   const char* op = "token_log_probs_backward";
-  detail::check_responses(op, logits.shape(), targets, mask);
-  const index_t rows = logits.dim(0), steps = logits.dim(1), vocab = logits.dim(2);
-  detail::check_input_shape<2, Scalar>(op, "dtoken", dtoken, Shape<2>{rows, steps},
+  detail::check_input_shape<2, Scalar>(op, "dtoken", dtoken, Shape<2>{logits.dim(0), logits.dim(1)},
                                        "[N, T] of the logits");
-  Tensor<Scalar, 3> dlogits(logits.shape());  // zero-filled: masked-out rows get no gradient
-  for (index_t i = 0; i < rows * steps; ++i) {
-    if (mask.data()[i] == Scalar(0)) continue;
-    const Scalar* x = logits.data() + i * vocab;
-    detail::write_row_gradient(
-        x, vocab, detail::log_sum_exp(x, vocab), targets[static_cast<std::size_t>(i)],
-        static_cast<double>(dtoken.data()[i]), 0.0, 0.0, dlogits.data() + i * vocab);
-  }
-  return dlogits;
+  return detail::log_probs_backward<Scalar>(
+      op, const_view(logits), targets, mask,
+      [&](index_t n, index_t t) { return dtoken.data()[n * dtoken.dim(1) + t]; });
 }
 
 template <TensorLike L, class Scalar>
@@ -383,14 +403,12 @@ requires(rank_of<L> == 3) Tensor<Scalar, 3> sequence_log_probs_backward(
     const L& logits, std::span<const index_t> targets,
     std::type_identity_t<ConstTensorView<Scalar, 2>> mask,
     std::type_identity_t<ConstTensorView<Scalar, 1>> dsequence) {
-  const index_t rows = logits.dim(0), steps = logits.dim(1);
-  detail::check_input_shape<1, Scalar>("sequence_log_probs_backward", "dsequence", dsequence,
-                                       Shape<1>{rows}, "[N] of the logits");
-  Tensor<Scalar, 2> dtoken({rows, steps});
-  for (index_t n = 0; n < rows; ++n) {
-    for (index_t t = 0; t < steps; ++t) dtoken.data()[n * steps + t] = dsequence.data()[n];
-  }
-  return token_log_probs_backward(logits, targets, mask, dtoken);
+  const char* op = "sequence_log_probs_backward";
+  detail::check_input_shape<1, Scalar>(op, "dsequence", dsequence, Shape<1>{logits.dim(0)},
+                                       "[N] of the logits");
+  return detail::log_probs_backward<Scalar>(
+      op, const_view(logits), targets, mask,
+      [&](index_t n, index_t) { return dsequence.data()[n]; });
 }
 
 template <TensorLike P, class Scalar>
