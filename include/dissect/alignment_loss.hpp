@@ -315,9 +315,10 @@ Tensor<Scalar, 2> token_log_probs_unchecked(ConstTensorView<Scalar, 3> logits,
 }
 
 /// The clipped surrogate of one token, −min(r·A, clip(r, 1 − ε, 1 + ε)·A), and its derivative
-/// with respect to log π (r = exp(log π − log π_old), so dr/dlog π = r). Where the two terms tie
-/// (r inside the clip range, or A = 0) both carry r's gradient; outside it only the unclipped
-/// term does, and only when it is the smaller one (torch.min and torch.clamp's rule).
+/// with respect to log π (r = exp(log π − log π_old), so dr/dlog π = r). Inside the clip range
+/// the two terms are equal and both carry r's gradient (torch.min splits it between them, torch.
+/// clamp passes it); outside only the unclipped term does, when it is the smaller. There the two
+/// tie only if A = 0, where the derivative is 0 whichever term is taken.
 struct Surrogate {
   double loss, dlog_prob;
   bool clipped;  // |r − 1| > ε
@@ -334,12 +335,7 @@ inline Surrogate clipped_surrogate(double log_prob, double old_log_prob, double 
   const double clipped_ratio = std::min(std::max(ratio, 1 - eps), 1 + eps);
   const double unclipped = ratio * advantage, clipped = clipped_ratio * advantage;
   const bool inside = ratio >= 1 - eps && ratio <= 1 + eps;
-  double gain_derivative = 0;  // d min(...) / d log π
-  if (inside || unclipped < clipped) {
-    gain_derivative = advantage * ratio;
-  } else if (unclipped == clipped) {
-    gain_derivative = 0.5 * advantage * ratio;  // torch.min splits a tie; clamp passes none
-  }
+  const double gain_derivative = inside || unclipped < clipped ? advantage * ratio : 0.0;
   return {-std::min(unclipped, clipped), -gain_derivative, std::abs(ratio - 1) > eps};
 }
 
