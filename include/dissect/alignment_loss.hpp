@@ -109,6 +109,8 @@ struct PpoOptions {
 };
 
 /// The per-token inputs of a PPO step besides the logits, each [N, T] (read where mask = 1).
+/// Views, not copies: the tensors they show must outlive the ppo_loss call (a braced batch of
+/// tensors written in the call itself is safe).
 template <class Scalar>
 struct PpoBatch {
   ConstTensorView<Scalar, 2> old_log_probs;  // log π_old(a_t) of the policy that sampled
