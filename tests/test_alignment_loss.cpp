@@ -106,6 +106,22 @@ TEST(SequenceLogProbs, BackwardMatchesFiniteDifferences) {
       r.logits, dlogits_token));
 }
 
+TEST(SequenceLogProbs, HugeLogitsNeitherOverflowNorLoseTheAnswer) {
+  // Row 0 of each token: logits {1e4, 0, -1e4}: p = (1, e^-1e4, 0), so log p[target 1] = −1e4
+  // exactly in float, and the entropy is 0; exp(1e4) would overflow without the shift by the max.
+  Tensor<float, 3> logits({1, 2, 3}, {1e4f, 0.0f, -1e4f, 1e4f, 0.0f, -1e4f});
+  const Tensor<float, 2> mask({1, 2}, {1.0f, 1.0f});
+  const std::vector<index_t> targets{1, 0};
+  const auto lp = sequence_log_probs(logits, targets, mask);
+  EXPECT_EQ(lp.token(0, 0), -1e4f);
+  EXPECT_EQ(lp.token(0, 1), 0.0f);
+  EXPECT_EQ(lp.sequence(0), -1e4f);
+  const Tensor<float, 2> zeros({1, 2});
+  const auto ppo = ppo_loss(logits, targets, mask, {lp.token, zeros, zeros, zeros, {}}, {});
+  EXPECT_EQ(ppo.entropy, 0.0f);
+  for (const float d : ppo.dlogits) EXPECT_TRUE(std::isfinite(d));
+}
+
 // ---- PyTorch fixtures ---------------------------------------------------------------------------
 
 template <class Scalar>
