@@ -5,6 +5,7 @@
 #pragma once
 
 #include "dissect/activation.hpp"
+#include "dissect/alignment_loss.hpp"
 #include "dissect/attention.hpp"
 #include "dissect/batch_norm.hpp"
 #include "dissect/bit_linear.hpp"

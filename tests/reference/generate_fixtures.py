@@ -1833,6 +1833,172 @@ def generate_clip_grad(root: Path):
 BLOCKS["clip_grad"] = generate_clip_grad
 
 
+# ---- alignment: DPO, PPO and GRPO losses, written out in plain torch with autograd ---------------
+
+
+def alignment_responses(N, T, V, dtype, scale=2.0):
+    """Random logits [N, T, V] and targets [N, T], and a ragged 0/1 mask: each row has a prompt
+    (masked out) of 0-2 tokens, then a response of 1..T - prompt tokens, then padding. Masked-out
+    targets are -100 (padding, as Hugging Face labels it), which the losses must never read."""
+    logits = (randn(N, T, V, dtype=dtype) * scale).requires_grad_(True)
+    targets = torch.randint(0, V, (N, T))
+    mask = torch.zeros(N, T, dtype=dtype)
+    for n in range(N):
+        prompt = int(torch.randint(0, 3, ()))
+        length = int(torch.randint(1, T - prompt + 1, ()))
+        mask[n, prompt:prompt + length] = 1
+    targets = torch.where(mask > 0, targets, torch.full_like(targets, -100))
+    return logits, targets, mask
+
+
+def token_log_probs(logits, targets, mask):
+    """log softmax(logits)[target] where mask = 1, 0 elsewhere (the padding id is never gathered
+    into the result: where() picks 0 there)."""
+    lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.clamp(min=0).unsqueeze(-1))
+    return torch.where(mask > 0, lp.squeeze(-1), torch.zeros_like(mask))
+
+
+def masked_mean(x, mask):
+    return (x * mask).sum() / mask.sum()
+
+
+def clipped_surrogate(lp, old, adv, eps):
+    """−min(r·A, clip(r, 1 − ε, 1 + ε)·A), r = exp(log π − log π_old) (Schulman et al. eq. 7)."""
+    ratio = torch.exp(lp - old)
+    return -torch.min(ratio * adv, torch.clamp(ratio, 1 - eps, 1 + eps) * adv), ratio
+
+
+def dpo_fixture(P, T, V, beta, dtype, seed):
+    """Rafailov et al. (2023) eq. 7: −log σ(β·[(log πθ(y_w) − log π_ref(y_w)) −
+    (log πθ(y_l) − log π_ref(y_l))]), mean over pairs, the sequence log-probabilities summed over
+    the masked response tokens; the reference's logits carry no gradient."""
+    torch.manual_seed(seed)
+    logits_w, targets_w, mask_w = alignment_responses(P, T, V, dtype)
+    logits_l, targets_l, mask_l = alignment_responses(P, T, V, dtype)
+    ref_w = randn(P, T, V, dtype=dtype) * 2
+    ref_l = randn(P, T, V, dtype=dtype) * 2
+    seq_w = token_log_probs(logits_w, targets_w, mask_w).sum(-1)
+    seq_l = token_log_probs(logits_l, targets_l, mask_l).sum(-1)
+    seq_w.retain_grad()
+    seq_l.retain_grad()
+    ref_seq_w = token_log_probs(ref_w, targets_w, mask_w).sum(-1)
+    ref_seq_l = token_log_probs(ref_l, targets_l, mask_l).sum(-1)
+    chosen = beta * (seq_w - ref_seq_w)
+    rejected = beta * (seq_l - ref_seq_l)
+    loss = -torch.nn.functional.logsigmoid(chosen - rejected).mean()
+    loss.backward()
+    meta = {"beta": repr(float(beta))}
+    tensors = {
+        "logits_chosen": logits_w, "targets_chosen": targets_w.to(dtype), "mask_chosen": mask_w,
+        "logits_rejected": logits_l, "targets_rejected": targets_l.to(dtype),
+        "mask_rejected": mask_l, "ref_logits_chosen": ref_w, "ref_logits_rejected": ref_l,
+        "seq_chosen": seq_w, "seq_rejected": seq_l, "loss": loss.reshape(1),
+        "chosen_rewards": chosen, "rejected_rewards": rejected,
+        "reward_margin": (chosen - rejected).mean().reshape(1),
+        "reward_accuracy": (chosen > rejected).to(dtype).mean().reshape(1),
+        "dseq_chosen": seq_w.grad, "dseq_rejected": seq_l.grad,
+        "dlogits_chosen": logits_w.grad, "dlogits_rejected": logits_l.grad,
+    }
+    return meta, {k: v.detach() for k, v in tensors.items()}
+
+
+def ppo_fixture(N, T, V, eps, value_clip, value_coef, entropy_coef, dtype, seed):
+    """PPO's loss (Schulman et al. 2017, eq. 9, negated) as masked means over the response
+    tokens: clipped surrogate + c1·value − c2·entropy. The value loss is ½(V − R)², or with
+    value_clip > 0 baselines' PPO2 form ½·max((V − R)², (V_old + clip(V − V_old, ±c) − R)²)."""
+    torch.manual_seed(seed)
+    logits, targets, mask = alignment_responses(N, T, V, dtype)
+    lp = token_log_probs(logits, targets, mask)
+    lp.retain_grad()
+    # Old log-probs near the new ones, so that some ratios fall inside the clip range and some out.
+    old = lp.detach() + randn(N, T, dtype=dtype) * 0.3
+    adv = randn(N, T, dtype=dtype)
+    values = randn(N, T, dtype=dtype).requires_grad_(True)
+    returns = randn(N, T, dtype=dtype)
+    old_values = values.detach() + randn(N, T, dtype=dtype) * 0.3
+    surrogate, ratio = clipped_surrogate(lp, old, adv, eps)
+    policy_loss = masked_mean(surrogate, mask)
+    value_term = (values - returns) ** 2
+    if value_clip > 0:
+        clipped = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
+        value_term = torch.max(value_term, (clipped - returns) ** 2)
+    value_loss = 0.5 * masked_mean(value_term, mask)
+    p = torch.softmax(logits, dim=-1)
+    entropy = masked_mean(-(p * torch.log_softmax(logits, dim=-1)).sum(-1), mask)
+    loss = policy_loss + value_coef * value_loss - entropy_coef * entropy
+    loss.backward()
+    clip_fraction = masked_mean(((ratio - 1).abs() > eps).to(dtype), mask)
+    meta = {"clip_eps": repr(float(eps)), "value_clip": repr(float(value_clip)),
+            "value_coef": repr(float(value_coef)), "entropy_coef": repr(float(entropy_coef))}
+    tensors = {
+        "logits": logits, "targets": targets.to(dtype), "mask": mask, "old_log_probs": old,
+        "advantages": adv, "values": values, "returns": returns, "old_values": old_values,
+        "loss": loss.reshape(1), "policy_loss": policy_loss.reshape(1),
+        "value_loss": value_loss.reshape(1), "entropy": entropy.reshape(1),
+        "clip_fraction": clip_fraction.reshape(1), "log_probs": lp, "dlog_probs": lp.grad,
+        "dvalues": values.grad, "dlogits": logits.grad,
+    }
+    return meta, {k: v.detach() for k, v in tensors.items()}
+
+
+def grpo_fixture(groups, G, T, V, eps, beta, dtype, seed):
+    """GRPO (Shao et al. 2024, DeepSeekMath eq. 3, negated, outcome supervision): advantages
+    (r − mean) / (std + 1e-4) per group of G, std unbiased (torch.std's default, as TRL's
+    GRPOTrainer); per token −min(r·Â, clip(r)·Â) + β·(π_ref/πθ − log(π_ref/πθ) − 1) (eq. 4),
+    averaged over each sequence's tokens, then over the sequences. The last group's rewards are
+    all equal (std 0: advantage 0, only the KL term moves it)."""
+    torch.manual_seed(seed)
+    N = groups * G
+    logits, targets, mask = alignment_responses(N, T, V, dtype)
+    lp = token_log_probs(logits, targets, mask)
+    lp.retain_grad()
+    old = lp.detach() + randn(N, T, dtype=dtype) * 0.3
+    ref = lp.detach() + randn(N, T, dtype=dtype) * 0.5
+    rewards = torch.randint(0, 2, (N,)).to(dtype) + randn(N, dtype=dtype) * 0.1
+    rewards[-G:] = 1.0
+    grouped = rewards.reshape(groups, G)
+    adv = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4))
+    adv = adv.reshape(N, 1)
+    surrogate, ratio = clipped_surrogate(lp, old, adv, eps)
+    u = ref - lp
+    k3 = torch.exp(u) - u - 1
+    length = mask.sum(-1)
+    policy_loss = ((surrogate * mask).sum(-1) / length).mean()
+    kl = ((k3 * mask).sum(-1) / length).mean()
+    loss = policy_loss + beta * kl
+    loss.backward()
+    clip_fraction = masked_mean(((ratio - 1).abs() > eps).to(dtype), mask)
+    meta = {"group_size": G, "clip_eps": repr(float(eps)), "beta": repr(float(beta))}
+    tensors = {
+        "logits": logits, "targets": targets.to(dtype), "mask": mask, "old_log_probs": old,
+        "ref_log_probs": ref, "rewards": rewards, "advantages": adv.reshape(N),
+        "loss": loss.reshape(1), "policy_loss": policy_loss.reshape(1), "kl": kl.reshape(1),
+        "clip_fraction": clip_fraction.reshape(1), "log_probs": lp, "dlog_probs": lp.grad,
+        "dlogits": logits.grad,
+    }
+    return meta, {k: v.detach() for k, v in tensors.items()}
+
+
+# (name, fixture function, its arguments before dtype and seed).
+ALIGNMENT_CASES = [
+    ("dpo_P3_T5_V7_beta0.1", dpo_fixture, (3, 5, 7, 0.1)),
+    ("dpo_P4_T4_V5_beta0.5", dpo_fixture, (4, 4, 5, 0.5)),
+    ("ppo_N3_T6_V5", ppo_fixture, (3, 6, 5, 0.2, 0.0, 0.5, 0.01)),
+    ("ppo_N4_T5_V6_valueclip", ppo_fixture, (4, 5, 6, 0.1, 0.2, 1.0, 0.1)),
+    ("grpo_2x4_T5_V6", grpo_fixture, (2, 4, 5, 6, 0.2, 0.04)),
+    ("grpo_3x3_T4_V5_beta0.3", grpo_fixture, (3, 3, 4, 5, 0.1, 0.3)),
+]
+
+
+def generate_alignment(root: Path):
+    return generate_seeded_cases(root, "alignment", [
+        (base, lambda dtype, seed, f=make, a=args: f(*a, dtype, seed))
+        for base, make, args in ALIGNMENT_CASES])
+
+
+BLOCKS["alignment"] = generate_alignment
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("blocks", nargs="*", metavar="block",
