@@ -6,15 +6,17 @@
 #   CSV      ON to compare the --curves files too (not for a mixture: its expert load is counted
 #            from the resume on)
 # It runs the whole run (--checkpoint, --curves), then the first part (--stop-after STOP,
-# --save-state) and the second (--resume), and fails unless the two final checkpoints are equal
-# byte for byte, the report lines (step, loss, val, lr) of the two parts are those of the whole
-# run, and (CSV) the curves files are equal. Without the fortunes it prints "SKIPPED" (the test's
+# --save-state, --save-every 2) and the second (--resume, writing the finished run's state too),
+# and fails unless the two final checkpoints are equal byte for byte, the report lines (step,
+# loss, val, lr) of the two parts are those of the whole run, and (CSV) the curves files are
+# equal. Without the fortunes it prints "SKIPPED" (the test's
 # SKIP_REGULAR_EXPRESSION).
 string(REPLACE "|" ";" args "${ARGS}")
 set(full ${WORK}/${NAME}_full.safetensors)
 set(resumed ${WORK}/${NAME}_resumed.safetensors)
 set(state ${WORK}/${NAME}_state.safetensors)
-file(REMOVE ${full} ${resumed} ${state} ${WORK}/${NAME}_full.csv ${WORK}/${NAME}_resumed.csv)
+file(REMOVE ${full} ${resumed} ${state} ${WORK}/${NAME}_finished.safetensors
+     ${WORK}/${NAME}_full.csv ${WORK}/${NAME}_resumed.csv)
 
 function(run_part out)
   execute_process(COMMAND ${COMMAND} ${args} --steps ${STEPS} --svg none ${ARGN}
@@ -56,7 +58,8 @@ endif()
 if(NOT EXISTS ${state} OR NOT first MATCHES "wrote the training state at step 2 to")
   message(FATAL_ERROR "no training state at ${state}, or none written by --save-every 2")
 endif()
-run_part(second --resume ${state} --checkpoint ${resumed} ${csv_resumed})
+run_part(second --resume ${state} --checkpoint ${resumed} ${csv_resumed}
+         --save-state ${WORK}/${NAME}_finished.safetensors)
 if(NOT second MATCHES "resumed from [^\n]* at step ${STOP}/${STEPS}")
   message(FATAL_ERROR "the second part did not resume at step ${STOP}")
 endif()

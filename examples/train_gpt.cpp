@@ -733,9 +733,9 @@ index_t resume_run(const Flags& flags, std::span<const index_t> ids, Model& mode
   } catch (const dissect::Error& error) {
     throw UsageError(std::string("--resume: ") + error.what());
   }
-  if (step > flags.steps) {
-    throw UsageError("--resume: " + flags.resume + " is at step " + std::to_string(step) +
-                     ", beyond --steps " + std::to_string(flags.steps));
+  if (step >= flags.steps) {
+    throw UsageError("--resume: " + flags.resume + " holds a finished run (step " +
+                     std::to_string(step) + " of --steps " + std::to_string(flags.steps) + ")");
   }
   if (flags.stop_after != 0 && flags.stop_after <= step) {
     throw UsageError("--stop-after: " + std::to_string(flags.stop_after) + " is not after step " +

@@ -18,6 +18,7 @@
 #include "dissect/init.hpp"
 #include "dissect/io/safetensors.hpp"
 #include "dissect/io/state_dict.hpp"
+#include "dissect/linear.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/optim.hpp"
 #include "support/io_testing.hpp"
@@ -195,6 +196,45 @@ TEST(TrainingState, TheFileHoldsTorchsBufferNamesInTheModulesScalar) {
                        .counters = {{"dropout", &draws}}});
   EXPECT_EQ(draws, 17u);
   EXPECT_EQ(other.state(), batches.state());
+}
+
+TEST(TrainingState, DoubleModulesKeepTheirStateInF64) {
+  // A double Linear with Nesterov momentum: the buffers go to the file as F64 and come back equal.
+  Linear<double> layer(5, 3, {.seed = 2});
+  Sgd<double> sgd(layer, {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+  Tensor<double, 2> x({2, 5}), dy({2, 3});
+  Generator values(4);
+  fill_normal(x, 0, 1, values);
+  fill_normal(dy, 0, 1, values);
+  for (int s = 0; s < 2; ++s) {
+    layer.zero_grad();
+    (void)layer.backward(x, dy);
+    sgd.step();
+  }
+  TemporaryDirectory directory;
+  save_training_state(directory / "d.safetensors", layer,
+                      {.optimizers = {{"sgd", &sgd}}, .generators = {}, .counters = {}}, 2);
+  const SafetensorsFile file(directory / "d.safetensors");
+  EXPECT_EQ(file.info("optimizer.sgd.momentum_buffer.weight").dtype, "F64");
+  EXPECT_EQ(file.info("weight").dtype, "F64");
+  Linear<double> other(5, 3, {.seed = 9});
+  Sgd<double> restored(other, {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+  load_training_state(file, other, {.optimizers = {{"sgd", &restored}}});
+  const auto a = sgd.state(), b = restored.state();
+  EXPECT_EQ(b.steps, 2);
+  for (const auto& [key, buffer] : a.buffers) {
+    EXPECT_EQ(std::memcmp(buffer.data(), b.buffers.at(key).data(), sizeof(double) * buffer.size()),
+              0)
+        << key;
+  }
+  // One more step on each: the same weights.
+  for (auto* pair : {&layer, &other}) {
+    pair->zero_grad();
+    (void)pair->backward(x, dy);
+  }
+  sgd.step();
+  restored.step();
+  EXPECT_EQ(std::memcmp(layer.weight().data(), other.weight().data(), sizeof(double) * 15), 0);
 }
 
 // ---- row 96: a state that does not fit the optimizer or the run ---------------------------------

@@ -53,6 +53,9 @@ inline Curves curves_from(const SafetensorsFile& file, index_t steps, const std:
   read("extra.curves.train", curves.train, steps);
   read("extra.curves.val_step", curves.val_step, -1);
   read("extra.curves.val", curves.val, static_cast<index_t>(curves.val_step.size()));
+  if (curves.val.empty()) {  // the evaluation before training is always there
+    throw UsageError(flag + ": " + file.path().string() + " holds no validation loss");
+  }
   return curves;
 }
 
