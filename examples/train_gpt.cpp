@@ -82,6 +82,24 @@
 // A --bitlinear checkpoint adds "bitlinear" (its weights are Q(W)).
 // --init refuses a file whose config or vocabulary differ from the flags' and the data's.
 //
+// Resuming (dissect/io/training_state.hpp). --save-state PATH writes the whole training state at
+// the end of the run: the float weights under their state_dict names, both AdamW groups' moments
+// (optimizer.matrices.exp_avg.<name>, …, in F32 as they are held) with their step counts and
+// current lr, the training batches' generator (its SplitMix64 counter), the curves so far
+// (extra.curves.*, F64) and, in "__metadata__", the checkpoint keys above plus
+// "dissect.training" (the library's JSON) and "dissect.run_flags" (every flag that fixes the
+// trajectory, and a hash of the token ids). --save-every N writes it every N steps too (each
+// write atomic, replacing the last); --stop-after K stops after step K of the --steps schedule
+// and writes it. --resume PATH continues such a run: it refuses (status 2, one line naming the
+// first differing flag) a file written with other flags or data, and otherwise draws the same
+// batches, sets the same learning rates and computes the same losses as the run that was never
+// stopped, so the final --checkpoint is byte for byte that run's (example_train_gpt_resume_*).
+// The cosine schedule depends on --steps, which is why a resumed run repeats it. With
+// --experts, the expert load of the report interval a resume cuts counts only its later steps.
+//
+//   train_gpt --steps 1000 --save-state run.safetensors --stop-after 400   # stops at step 400
+//   train_gpt --steps 1000 --save-state run.safetensors --resume run.safetensors
+//
 // Every flag is checked before any work, and the data as they are read. Exit status: 0
 // success, 2 bad input (a flag, an output path, missing or unusable data), 1 anything else
 // (training that diverges to a non-finite loss, too).
@@ -113,6 +131,7 @@
 #include "common/cli.hpp"
 #include "common/expert_load.hpp"
 #include "common/svg_plot.hpp"
+#include "common/training_state.hpp"
 #include "dissect/config.hpp"
 #include "dissect/count.hpp"
 #include "dissect/embedding.hpp"
@@ -122,6 +141,7 @@
 #include "common/fortunes.hpp"
 #include "dissect/io/model_file.hpp"
 #include "dissect/io/state_dict.hpp"
+#include "dissect/io/training_state.hpp"
 #include "dissect/loss.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/optim.hpp"
@@ -191,6 +211,11 @@ struct Flags {
   std::string checkpoint = "none";
   std::string init = "";
   std::string save_init = "none";
+  // Resumable runs: the training state written, how often, where to stop, and where to resume.
+  std::string save_state = "none";
+  index_t save_every = 0;  // 0: only at the end (or at --stop-after)
+  index_t stop_after = 0;  // 0: run all --steps
+  std::string resume = "";
   std::string tokenizer = "bytes";
   std::optional<std::size_t> bpe_merges;  // from --tokenizer bpe:N, set by validate()
   // The variants: another decoder family, a mixture of experts, BitLinear layers.
@@ -267,6 +292,19 @@ void add_flags(CLI::App& app, Flags& flags) {
   option("--save-init", flags.save_init, "PATH",
          "write the initial weights here (.safetensors) and exit: train_gpt_torch.py --init "
          "reads them");
+  option("--save-state", flags.save_state, "PATH",
+         "write the training state here (.safetensors: weights, AdamW moments and steps, the "
+         "batch generator, the curves) at the end, at --stop-after and every --save-every steps, "
+         "for --resume (default none)");
+  option("--save-every", flags.save_every, "N",
+         "also write --save-state every N steps, replacing the file atomically (default 0: only "
+         "at the end)");
+  option("--stop-after", flags.stop_after, "K",
+         "stop after step K of the --steps schedule and write --save-state (a run in parts; "
+         "default: run all --steps)");
+  option("--resume", flags.resume, "PATH",
+         "continue the run a --save-state file holds, bit for bit as if it had not stopped; the "
+         "flags must be those of the run that wrote it (--threads aside)");
 
   option.group("Evaluation");
   option("--eval-every", flags.eval_every, "N",
@@ -387,6 +425,20 @@ void validate(Flags& flags) {
   if (!flags.q4_baseline.empty() && !std::ifstream(flags.q4_baseline)) {
     throw UsageError("--q4-baseline: cannot open \"" + flags.q4_baseline + "\"");
   }
+  if (!flags.resume.empty() && (!flags.init.empty() || flags.save_init != "none")) {
+    throw UsageError(std::string(flags.init.empty() ? "--save-init" : "--init") +
+                     ": cannot be combined with --resume (the training state holds the weights)");
+  }
+  if (flags.save_every != 0) {
+    check_range<index_t>("--save-every", flags.save_every, 1, kMaxSteps);
+    if (flags.save_state == "none") throw UsageError("--save-every: needs --save-state");
+  }
+  if (flags.stop_after != 0) {
+    check_range<index_t>("--stop-after", flags.stop_after, 1, flags.steps);
+    if (flags.save_state == "none") {
+      throw UsageError("--stop-after: needs --save-state (a stopped run is continued from it)");
+    }
+  }
   check_range<index_t>("--eval-every", flags.eval_every, 1, kMaxSteps);
   check_range<index_t>("--eval-batches", flags.eval_batches, 1, kMaxEvalBatches);
   if (flags.threads != 0) check_range("--threads", flags.threads, 1, kMaxThreads);
@@ -430,6 +482,12 @@ struct Optimizers {
   void step() {
     matrices.step();
     others.step();
+  }
+  /// Both groups and the training batches' generator, as the training state keeps them.
+  dissect::TrainingRun<float> run(dissect::Generator& batches) {
+    return {.optimizers = {{"matrices", &matrices}, {"others", &others}},
+            .generators = {{"batches", &batches}},
+            .counters = {}};
   }
 };
 
@@ -614,8 +672,78 @@ void load_initial_weights(Model& model, const std::string& path,
 
 /// The files a run writes, each opened (and so checked) before any work.
 struct Outputs {
-  dissect::examples::OutputFile figure, curves, checkpoint, save_init;
+  dissect::examples::OutputFile figure, curves, checkpoint, save_init, save_state;
 };
+
+// ---- resuming -----------------------------------------------------------------------------------
+
+/// The flags that fix a run's trajectory (--threads aside), with their effective values, and the
+/// data's fingerprint: a --resume must repeat them all.
+std::map<std::string, std::string> run_flags(const Flags& flags, std::span<const index_t> ids) {
+  const auto real = [](double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", value);
+    return std::string(text);
+  };
+  // FNV-1a over the token ids: another text (or another split) is another run.
+  std::uint64_t hash = 0xcbf29ce484222325ull;
+  for (const index_t id : ids) hash = (hash ^ static_cast<std::uint64_t>(id)) * 0x100000001b3ull;
+  char data[64];
+  std::snprintf(data, sizeof data, "%zu tokens, FNV-1a %016llx", ids.size(),
+                static_cast<unsigned long long>(hash));
+  return {{"--family", flags.family},
+          {"--d-model", std::to_string(flags.d_model)},
+          {"--layers", std::to_string(flags.layers)},
+          {"--heads", std::to_string(flags.heads)},
+          {"--context", std::to_string(flags.context)},
+          {"--d-ff", std::to_string(flags.d_ff.value_or(4 * flags.d_model))},
+          {"--experts", std::to_string(flags.experts)},
+          {"--experts-per-token", std::to_string(flags.experts_per_token.value_or(2))},
+          {"--aux-loss", real(flags.aux_loss.value_or(kDefaultAuxLoss))},
+          {"--bitlinear", flags.bitlinear ? "on" : "off"},
+          {"--tokenizer", flags.tokenizer},
+          {"--steps", std::to_string(flags.steps)},
+          {"--batch", std::to_string(flags.batch)},
+          {"--lr", real(flags.lr)},
+          {"--warmup", std::to_string(warmup_steps(flags))},
+          {"--weight-decay", real(flags.weight_decay)},
+          {"--seed", std::to_string(flags.seed)},
+          {"--eval-every", std::to_string(flags.eval_every)},
+          {"--eval-batches", std::to_string(flags.eval_batches)},
+          {"--data's text", data}};
+}
+
+/// Restores --resume's state into `model`, `optimizers`, `batches` and `curves` and returns the
+/// step it was written at. @throws UsageError naming --resume for a file that cannot be read,
+/// flags that differ from its run's, or a state that does not fit (dissect::io's message).
+template <class Model>
+index_t resume_run(const Flags& flags, std::span<const index_t> ids, Model& model,
+                   Optimizers& optimizers, dissect::Generator& batches, Curves& curves) {
+  namespace ex = dissect::examples;
+  std::optional<dissect::SafetensorsFile> opened;
+  try {
+    opened.emplace(flags.resume);
+  } catch (const dissect::Error& error) {
+    throw UsageError(std::string("--resume: ") + error.what());
+  }
+  ex::check_run_flags(*opened, run_flags(flags, ids), "--resume");
+  index_t step = 0;
+  try {
+    step = dissect::load_training_state(*opened, model, optimizers.run(batches));
+  } catch (const dissect::Error& error) {
+    throw UsageError(std::string("--resume: ") + error.what());
+  }
+  if (step >= flags.steps) {
+    throw UsageError("--resume: " + flags.resume + " holds a finished run (step " +
+                     std::to_string(step) + " of --steps " + std::to_string(flags.steps) + ")");
+  }
+  if (flags.stop_after != 0 && flags.stop_after <= step) {
+    throw UsageError("--stop-after: " + std::to_string(flags.stop_after) + " is not after step " +
+                     std::to_string(step) + ", where --resume " + flags.resume + " stands");
+  }
+  curves = ex::curves_from(*opened, step, "--resume");
+  return step;
+}
 
 // ---- figure -------------------------------------------------------------------------------------
 
@@ -891,8 +1019,10 @@ int run(const Flags& flags, Outputs& outputs) {
       "  weights %s; AdamW lr %g (warm-up %lld steps, cosine to %g), betas (0.9, 0.95), weight "
       "decay "
       "%g on matrices; batch %lld × %lld tokens, %lld steps, seed %llu\n",
-      flags.init.empty() ? "from --seed" : ("from " + flags.init).c_str(), flags.lr,
-      static_cast<long long>(warmup_steps(flags)), 0.1 * flags.lr, flags.weight_decay,
+      !flags.resume.empty() ? ("from --resume " + flags.resume).c_str()
+      : flags.init.empty()  ? "from --seed"
+                            : ("from " + flags.init).c_str(),
+      flags.lr, static_cast<long long>(warmup_steps(flags)), 0.1 * flags.lr, flags.weight_decay,
       static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(flags.steps),
       static_cast<unsigned long long>(flags.seed));
   std::printf("  Eigen %d.%d.%d, SIMD %s, %d thread(s)\n", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION,
@@ -936,23 +1066,54 @@ int run(const Flags& flags, Outputs& outputs) {
   }
 
   Curves curves;
-  curves.val_step.push_back(0);
-  curves.val.push_back(evaluate(model, valid_batches, B, T));
-  std::printf("step %6d/%lld  val %.4f  (before training)\n", 0,
-              static_cast<long long>(flags.steps), curves.val.back());
+  index_t first_step = 0;
+  if (!flags.resume.empty()) {
+    // Weights, moments, steps, the batches' generator and the curves: the run goes on as if it
+    // had never stopped.
+    first_step = resume_run(flags, ids, model, optimizers, train_generator, curves);
+    std::printf("resumed from %s at step %lld/%lld (last validation: val %.4f at step %lld)\n",
+                flags.resume.c_str(), static_cast<long long>(first_step),
+                static_cast<long long>(flags.steps), curves.val.back(),
+                static_cast<long long>(curves.val_step.back()));
+  } else {
+    curves.val_step.push_back(0);
+    curves.val.push_back(evaluate(model, valid_batches, B, T));
+    std::printf("step %6d/%lld  val %.4f  (before training)\n", 0,
+                static_cast<long long>(flags.steps), curves.val.back());
+  }
   std::fflush(stdout);
+  // --save-state: the weights, both AdamW states, the batches' position and the curves.
+  const auto save_state = [&](index_t step) {
+    auto metadata =
+        checkpoint_metadata<Model>(flags, config, corpus, step, curves.val.back(), tokenizer_json);
+    metadata.emplace(dissect::examples::run_flags_key,
+                     dissect::examples::run_flags_text(run_flags(flags, ids)));
+    const auto extra = dissect::examples::curves_tensors(curves);
+    dissect::save_training_state(outputs.save_state.path(), model, optimizers.run(train_generator),
+                                 step, metadata, extra);
+    outputs.save_state.written_elsewhere();
+  };
 
   const dissect::examples::TrainLoop loop{.steps = flags.steps,
                                           .eval_every = flags.eval_every,
                                           .batch = B,
                                           .context = T,
                                           .lr = flags.lr,
-                                          .warmup = warmup_steps(flags)};
+                                          .warmup = warmup_steps(flags),
+                                          .first_step = first_step,
+                                          .stop_after = flags.stop_after};
   // A mixture's load is read from each step's routing and reported with the validation loss.
   ExpertLoad load(config.n_layers, config.n_experts);
-  index_t steps_done = 0;
+  index_t steps_done = first_step;
+  const index_t last_step = flags.stop_after != 0 ? flags.stop_after : flags.steps;
   const auto on_step = [&](const typename Model::Cache& cache, bool report) {
     ++steps_done;
+    if (flags.save_every != 0 && steps_done % flags.save_every == 0 && steps_done < last_step) {
+      save_state(steps_done);  // the last step's state is written after the loop
+      std::printf("  wrote the training state at step %lld to %s\n",
+                  static_cast<long long>(steps_done), outputs.save_state.path().c_str());
+      std::fflush(stdout);
+    }
     if constexpr (Model::style.moe) {
       load.add(cache);
       if (!report) return;
@@ -971,6 +1132,15 @@ int run(const Flags& flags, Outputs& outputs) {
   };
   const auto time = dissect::examples::train_model(model, optimizers, loop, train, train_generator,
                                                    valid_batches, curves, on_step);
+  if (last_step < flags.steps) {
+    save_state(last_step);
+    std::printf(
+        "stopped after step %lld/%lld: wrote the training state to %s (train_gpt --resume %s, "
+        "with the same flags, continues the run)\n",
+        static_cast<long long>(last_step), static_cast<long long>(flags.steps),
+        outputs.save_state.path().c_str(), outputs.save_state.path().c_str());
+    return 0;
+  }
   const index_t last = std::min(flags.steps, flags.eval_every);
   double last_mean = 0;
   for (index_t i = flags.steps - last; i < flags.steps; ++i)
@@ -980,8 +1150,8 @@ int run(const Flags& flags, Outputs& outputs) {
       "final: train loss %.4f (mean of the last %lld steps), val loss %.4f; %lld steps in "
       "%.1f s, training %.1f s = %s tok/s\n",
       last_mean, static_cast<long long>(last), curves.val.back(),
-      static_cast<long long>(flags.steps), time.total, time.training,
-      grouped(static_cast<double>(flags.steps * B * T) / time.training).c_str());
+      static_cast<long long>(flags.steps - first_step), time.total, time.training,
+      grouped(static_cast<double>((flags.steps - first_step) * B * T) / time.training).c_str());
   // Per byte: the loss per token times the validation split's tokens per byte (1 for bytes).
   const double tokens_per_byte =
       static_cast<double>(n - n_train) / static_cast<double>(valid_bytes);
@@ -1016,6 +1186,10 @@ int run(const Flags& flags, Outputs& outputs) {
     outputs.checkpoint.written_elsewhere();
     std::cout << "wrote " << outputs.checkpoint.path() << "\n";
   }
+  if (outputs.save_state.enabled()) {
+    save_state(flags.steps);
+    std::cout << "wrote the training state to " << outputs.save_state.path() << "\n";
+  }
   if (curves_file.enabled()) {
     curves_file.write(curves_csv(curves, Model::style.moe ? &load : nullptr));
     std::cout << "wrote " << curves_file.path() << "\n";
@@ -1044,7 +1218,8 @@ int main(int argc, char** argv) {
     // Bad paths fail now, not after training.
     Outputs outputs{ex::OutputFile("--svg", flags.svg), ex::OutputFile("--curves", flags.curves),
                     ex::OutputFile("--checkpoint", flags.checkpoint),
-                    ex::OutputFile("--save-init", flags.save_init)};
+                    ex::OutputFile("--save-init", flags.save_init),
+                    ex::OutputFile("--save-state", flags.save_state)};
     if (flags.experts > 0) return run<dissect::MixtralModel<float>>(flags, outputs);
     if (flags.family == "llama") return run<dissect::LlamaModel<float>>(flags, outputs);
     return run<dissect::GPT2Model<float>>(flags, outputs);

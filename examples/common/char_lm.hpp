@@ -82,6 +82,11 @@ struct TrainLoop {
   double lr;                     ///< the peak of learning_rate()
   index_t warmup;                ///< learning_rate()'s
   const char* lr_flag = "--lr";  ///< named when the loss diverges
+  /// Steps already done (a resumed run, whose curves hold them): the loop starts after them.
+  index_t first_step = 0;
+  /// The step to stop after (0: `steps`): a run stopped early, to be resumed, keeps the schedule
+  /// of all `steps`.
+  index_t stop_after = 0;
 };
 
 /// Seconds a training loop took: all of it, and the steps alone (evaluation excluded).
@@ -102,7 +107,8 @@ struct NoStepHook {
 /// a terminal the line is redrawn between reports too, at most ten times a second. After every
 /// step (and its report line, if any) on_step(cache, report) sees the training forward's cache:
 /// what a caller records about training beyond the loss (a mixture's routing, say), outside the
-/// timed step.
+/// timed step. A resumed run starts at loop.first_step with `curves` as the stopped run left
+/// them, and continues bit for bit if `generator`, `optimizer` and the model are restored too.
 /// @throws std::runtime_error naming the step when the loss is not finite.
 template <class Model, class Optimizer, class StepHook = NoStepHook>
 TrainTime train_model(Model& model, Optimizer& optimizer, const TrainLoop& loop,
@@ -204,7 +210,17 @@ TrainTime train_model(Model& model, Optimizer& optimizer, const TrainLoop& loop,
   TrainTime time;
   double interval_seconds = 0, interval_loss = 0;
   index_t interval_steps = 0;
-  for (index_t step = 0; step < loop.steps; ++step) {
+  // A resumed run's report interval may have begun before it: its losses are summed again, in
+  // the same order, so that the report line is the uninterrupted run's.
+  if (loop.first_step > 0) {
+    const auto from = curves.val_step.empty() ? 0 : static_cast<index_t>(curves.val_step.back());
+    for (index_t s = from; s < loop.first_step; ++s) {
+      interval_loss += curves.train[static_cast<std::size_t>(s)];
+      ++interval_steps;
+    }
+  }
+  const index_t end = loop.stop_after > 0 ? loop.stop_after : loop.steps;
+  for (index_t step = loop.first_step; step < end; ++step) {
     const auto step_start = Clock::now();
     sample_batch(train, T, generator, batch);
     const double lr = learning_rate(loop.lr, loop.warmup, loop.steps, step);
@@ -238,8 +254,8 @@ TrainTime train_model(Model& model, Optimizer& optimizer, const TrainLoop& loop,
       curves.val_step.push_back(static_cast<double>(done));
       curves.val.push_back(val);
     }
-    const double eta =
-        seconds_since(start) / static_cast<double>(done) * static_cast<double>(loop.steps - done);
+    const double eta = seconds_since(start) / static_cast<double>(done - loop.first_step) *
+                       static_cast<double>(loop.steps - done);
     // A terminal's line is redrawn at most ten times a second: tiny models take microseconds a
     // step.
     const bool redraw = tty && seconds_since(last_redraw) >= 0.1;

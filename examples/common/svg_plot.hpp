@@ -244,8 +244,11 @@ inline void render(std::string& out, Panel panel, double cx, double cy, double c
   };
   const bool baseline = std::any_of(panel.series.begin(), panel.series.end(),
                                     [](const Series& s) { return s.filled; });
-  const auto [x_lo, x_hi] = range(xs, false);
-  const auto [y_lo, y_hi] = range(ys, baseline);
+  // Plain variables, not structured bindings: clang 14 cannot capture those in the lambdas below.
+  const auto x_range = range(xs, false);
+  const auto y_range = range(ys, baseline);
+  const double x_lo = x_range.first, x_hi = x_range.second;
+  const double y_lo = y_range.first, y_hi = y_range.second;
   // The left margin depends on the widest y tick label, which depends on the plot's height.
   const double py = cy + (panel.title.empty() ? 14 : 24 + kTitle);
   const double ph = std::max(cy + ch - py - 27 - (panel.xlabel.empty() ? 0 : kLabel + 10), 10.0);

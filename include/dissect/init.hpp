@@ -23,10 +23,24 @@ namespace dissect {
 
 // ---- declarations -------------------------------------------------------------------------------
 
+/// Everything a Generator's future draws depend on: SplitMix64's counter and the second normal of
+/// the last polar pair, if it has not been handed out yet. What a resumed run restores.
+struct GeneratorState {
+  std::uint64_t counter = 0;
+  std::optional<double> spare_normal{};
+  bool operator==(const GeneratorState&) const = default;
+};
+
 /// SplitMix64 (Steele, Lea, Flood 2014): a 64-bit counter passed through a bijective mixer.
 class Generator {
  public:
   explicit Generator(std::uint64_t seed) : state_(seed) {}
+  /// The generator's whole state: a Generator given it by set_state draws what this one draws.
+  GeneratorState state() const { return {state_, spare_normal_}; }
+  void set_state(const GeneratorState& state) {
+    state_ = state.counter;
+    spare_normal_ = state.spare_normal;
+  }
   std::uint64_t next_u64();
   /// Uniform on [0, 1) with 53 random bits.
   double uniform();

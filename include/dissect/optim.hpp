@@ -4,6 +4,9 @@
 // from any module (module.hpp): Adam<float> adam(model) or Adam<float> adam(parameters(a, b)).
 // The arithmetic follows torch.optim in PyTorch 1.13 step by step, in the parameter's own
 // precision. All state (momentum, moments) is allocated at construction: step() never allocates.
+// state() and load_state() take the whole state out and put it back (torch's state_dict and
+// load_state_dict), so that a run resumed from a checkpoint continues bit for bit
+// (io/training_state.hpp writes it to a file with the weights).
 #pragma once
 
 #include <Eigen/Core>
@@ -13,7 +16,9 @@
 #include <functional>
 #include <initializer_list>
 #include <limits>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -69,6 +74,25 @@ struct ParameterList {
   ParameterList(M& module) : refs(parameters_of(module)) {}  // NOLINT: implicit by design
 };
 
+/// An optimizer's whole state as a value, what torch's optimizer.state_dict() holds: enough for a
+/// new optimizer over the same parameters to continue exactly where this one stands.
+template <class Scalar>
+struct OptimizerState {
+  std::string kind;   ///< "Sgd", "Adam" or "AdamW"
+  index_t steps = 0;  ///< step() calls so far: Adam's bias correction and Sgd's first step
+  double lr = 0;      ///< the current learning rate (a schedule changes it as the run goes)
+  /// The hyperparameters fixed at construction, by the options' field names: "momentum",
+  /// "dampening", "weight_decay", "nesterov" (0 or 1) for Sgd; "beta1", "beta2", "eps",
+  /// "weight_decay", "decoupled_weight_decay" (0 or 1) for Adam and AdamW.
+  std::map<std::string, double> hyperparameters;
+  /// The parameters' names in the optimizer's order (a parameter without one by its position).
+  std::vector<std::string> parameters;
+  /// The per-parameter buffers, flat, under "<buffer>.<parameter name>", torch's buffer names:
+  /// "momentum_buffer.0.weight" (Sgd with momentum), "exp_avg.0.weight" and
+  /// "exp_avg_sq.0.weight" (Adam, AdamW). Values in Scalar, exactly as the optimizer holds them.
+  std::map<std::string, Tensor<Scalar, 1>> buffers;
+};
+
 /// What every optimizer offers. Not copyable: it holds references into other objects' buffers.
 template <class Scalar>
 class Optimizer {
@@ -89,6 +113,18 @@ class Optimizer {
   const std::vector<ParameterRef<Scalar>>& parameters() const { return parameters_; }
   /// Σ size over the parameters.
   index_t parameter_count() const;
+  /// "Sgd", "Adam" or "AdamW".
+  const char* kind() const { return name_; }
+
+  /// A copy of the whole state: step count, lr, hyperparameters, parameter names, buffers.
+  /// @throws ConfigError if two parameters have the same name (their buffers would collide).
+  OptimizerState<Scalar> state() const;
+  /// Continues from `state` (another optimizer's state(), or a file's): sets the buffers, the
+  /// step count and the lr. Everything is checked first and nothing changes on a throw.
+  /// @throws ConfigError naming the field if the kind, a hyperparameter, the parameter names or
+  ///         their order, or the set of buffers differ, or the steps or lr are impossible;
+  ///         ShapeError naming the buffer and both sizes if a buffer does not fit its parameter.
+  void load_state(const OptimizerState<Scalar>& state);
 
  protected:
   /// @throws ShapeError for a negative size; Error for a null buffer or for buffers (values or
@@ -96,6 +132,12 @@ class Optimizer {
   Optimizer(const char* name, ParameterList<Scalar> parameters, double lr);
   /// One state buffer per parameter, zero-filled, allocated once.
   std::vector<Tensor<Scalar, 1>> make_state() const;
+  /// The hyperparameters fixed at construction (OptimizerState::hyperparameters).
+  virtual std::map<std::string, double> fixed_hyperparameters() const = 0;
+  /// The state buffers by torch's name, one per parameter each (none for Sgd without momentum).
+  virtual std::vector<std::pair<std::string, std::vector<Tensor<Scalar, 1>>*>> state_buffers() = 0;
+  /// The name a parameter's buffers are saved under: its own, or its position if it has none.
+  std::string state_name(std::size_t index) const;
 
   const char* name_;
   std::vector<ParameterRef<Scalar>> parameters_;
@@ -121,6 +163,10 @@ class Sgd final : public Optimizer<Scalar> {
   Sgd(ParameterList<Scalar> parameters, SgdOptions options = {});
   void step() override;
   const SgdOptions& options() const { return options_; }
+
+ protected:
+  std::map<std::string, double> fixed_hyperparameters() const override;
+  std::vector<std::pair<std::string, std::vector<Tensor<Scalar, 1>>*>> state_buffers() override;
 
  private:
   SgdOptions options_;
@@ -151,6 +197,8 @@ class Adam : public Optimizer<Scalar> {
 
  protected:
   Adam(const char* name, ParameterList<Scalar> parameters, AdamOptions options);
+  std::map<std::string, double> fixed_hyperparameters() const override;
+  std::vector<std::pair<std::string, std::vector<Tensor<Scalar, 1>>*>> state_buffers() override;
 
  private:
   AdamOptions options_;
@@ -325,6 +373,118 @@ std::vector<Tensor<Scalar, 1>> Optimizer<Scalar>::make_state() const {
   return state;
 }
 
+template <class Scalar>
+std::string Optimizer<Scalar>::state_name(std::size_t index) const {
+  const std::string& name = parameters_[index].name;
+  return name.empty() ? detail::concat(index) : name;
+}
+
+template <class Scalar>
+OptimizerState<Scalar> Optimizer<Scalar>::state() const {
+  OptimizerState<Scalar> state{.kind = name_,
+                               .steps = steps_,
+                               .lr = lr_,
+                               .hyperparameters = fixed_hyperparameters(),
+                               .parameters = {},
+                               .buffers = {}};
+  std::map<std::string, std::size_t> seen;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    const std::string name = state_name(i);
+    if (const auto [at, fresh] = seen.emplace(name, i); !fresh) {
+      throw ConfigError(detail::concat(name_, "::state: parameters ", at->second, " and ", i,
+                                       " are both named \"", name,
+                                       "\"; their state would collide: name them apart"));
+    }
+    state.parameters.push_back(name);
+  }
+  // state_buffers() is non-const only so that load_state can write through it; read here.
+  for (const auto& [buffer, tensors] : const_cast<Optimizer*>(this)->state_buffers()) {
+    for (std::size_t i = 0; i < parameters_.size(); ++i) {
+      state.buffers.emplace(detail::concat(buffer, ".", state.parameters[i]), (*tensors)[i]);
+    }
+  }
+  return state;
+}
+
+template <class Scalar>
+void Optimizer<Scalar>::load_state(const OptimizerState<Scalar>& state) {
+  const std::string op = detail::concat(name_, "::load_state");
+  if (state.kind != name_) {
+    throw ConfigError(detail::concat(op, ": the state is of ",
+                                     state.kind.empty() ? "no optimizer" : state.kind.c_str(),
+                                     ", this optimizer is ", name_));
+  }
+  const std::map<std::string, double> ours = fixed_hyperparameters();
+  for (const auto& [field, value] : ours) {
+    const auto theirs = state.hyperparameters.find(field);
+    if (theirs == state.hyperparameters.end()) {
+      throw ConfigError(detail::concat(op, ": the state has no ", field, " (", name_, " has ",
+                                       field, " = ", value, ")"));
+    }
+    // Compared bit for bit: the same run has the same doubles.
+    if (std::memcmp(&theirs->second, &value, sizeof value) != 0) {
+      throw ConfigError(detail::concat(op, ": ", field, " is ", theirs->second, " in the state, ",
+                                       value, " in this optimizer"));
+    }
+  }
+  for (const auto& [field, value] : state.hyperparameters) {
+    if (!ours.contains(field)) {
+      throw ConfigError(detail::concat(op, ": the state has a hyperparameter ", field, " that ",
+                                       name_, " does not have"));
+    }
+  }
+  if (state.steps < 0) {
+    throw ConfigError(detail::concat(op, ": steps must be >= 0, got ", state.steps));
+  }
+  detail::check_hyperparameter(op.c_str(), "lr", state.lr, 0, detail::unbounded, false);
+  if (state.parameters.size() != parameters_.size()) {
+    throw ConfigError(detail::concat(op, ": the state is of ", state.parameters.size(),
+                                     " parameters, this optimizer has ", parameters_.size()));
+  }
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    if (state.parameters[i] != state_name(i)) {
+      throw ConfigError(detail::concat(op, ": parameter ", i, " is \"", state.parameters[i],
+                                       "\" in the state, \"", state_name(i),
+                                       "\" in this optimizer (another parameter set or order)"));
+    }
+  }
+  // Every buffer is found and fits before any is written.
+  const auto families = state_buffers();
+  std::vector<const Tensor<Scalar, 1>*> sources;
+  for (const auto& [buffer, tensors] : families) {
+    for (std::size_t i = 0; i < parameters_.size(); ++i) {
+      const std::string key = detail::concat(buffer, ".", state.parameters[i]);
+      const auto found = state.buffers.find(key);
+      if (found == state.buffers.end()) {
+        throw ConfigError(detail::concat(op, ": the state has no buffer \"", key, "\""));
+      }
+      if (found->second.size() != parameters_[i].size()) {
+        throw ShapeError(detail::concat(op, ": buffer \"", key, "\" has ", found->second.size(),
+                                        " values, ", detail::describe_parameter(i, parameters_[i]),
+                                        " has ", parameters_[i].size()));
+      }
+      sources.push_back(&found->second);
+    }
+  }
+  if (state.buffers.size() != sources.size()) {
+    for (const auto& entry : state.buffers) {
+      if (std::find(sources.begin(), sources.end(), &entry.second) == sources.end()) {
+        throw ConfigError(detail::concat(op, ": the state has a buffer \"", entry.first, "\" that ",
+                                         name_, " does not keep"));
+      }
+    }
+  }
+  std::size_t next = 0;
+  for (const auto& [buffer, tensors] : families) {
+    for (std::size_t i = 0; i < parameters_.size(); ++i) {
+      const Tensor<Scalar, 1>& source = *sources[next++];
+      std::copy(source.data(), source.data() + source.size(), (*tensors)[i].data());
+    }
+  }
+  steps_ = state.steps;
+  lr_ = state.lr;
+}
+
 // ---- SGD ----------------------------------------------------------------------------------------
 
 template <class Scalar>
@@ -342,6 +502,20 @@ Sgd<Scalar>::Sgd(ParameterList<Scalar> parameters, SgdOptions options)
                        options.momentum, " and dampening ", options.dampening));
   }
   if (options.momentum != 0) momentum_ = this->make_state();
+}
+
+template <class Scalar>
+std::map<std::string, double> Sgd<Scalar>::fixed_hyperparameters() const {
+  return {{"momentum", options_.momentum},
+          {"dampening", options_.dampening},
+          {"weight_decay", options_.weight_decay},
+          {"nesterov", options_.nesterov ? 1.0 : 0.0}};
+}
+
+template <class Scalar>
+std::vector<std::pair<std::string, std::vector<Tensor<Scalar, 1>>*>> Sgd<Scalar>::state_buffers() {
+  if (options_.momentum == 0) return {};
+  return {{"momentum_buffer", &momentum_}};
 }
 
 template <class Scalar>
@@ -408,6 +582,20 @@ Adam<Scalar>::Adam(const char* name, ParameterList<Scalar> parameters, AdamOptio
   check_hyperparameter(name, "weight_decay", options.weight_decay, 0, detail::unbounded, false);
   exp_avg_ = this->make_state();
   exp_avg_sq_ = this->make_state();
+}
+
+template <class Scalar>
+std::map<std::string, double> Adam<Scalar>::fixed_hyperparameters() const {
+  return {{"beta1", options_.beta1},
+          {"beta2", options_.beta2},
+          {"eps", options_.eps},
+          {"weight_decay", options_.weight_decay},
+          {"decoupled_weight_decay", options_.decoupled_weight_decay ? 1.0 : 0.0}};
+}
+
+template <class Scalar>
+std::vector<std::pair<std::string, std::vector<Tensor<Scalar, 1>>*>> Adam<Scalar>::state_buffers() {
+  return {{"exp_avg", &exp_avg_}, {"exp_avg_sq", &exp_avg_sq_}};
 }
 
 template <class Scalar>
