@@ -55,7 +55,7 @@ struct TokenHistory {
 };
 
 /// Buffers reused between calls, so that decoding allocates nothing per token once they have
-/// grown to the vocabulary.
+/// grown to the vocabulary (test_sampling_allocations counts operator new to prove it).
 struct SamplingScratch {
   std::vector<index_t> order;   ///< candidate ids
   std::vector<double> values;   ///< [V] penalised logits, only when a penalty applies
