@@ -1,8 +1,11 @@
 // Tests of dissect/models/generate.hpp: greedy generation with the KV cache picks exactly the
-// argmax of a full forward over the growing sequence, a seed repeats a sampled generation, the
-// context bounds the length, and bad prompts are refused.
+// argmax of a full forward over the growing sequence (with the penalties too, reading the prompt
+// and the tokens generated before), a seed repeats a sampled generation, the context bounds the
+// length, and bad prompts and options are refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "dissect/loss.hpp"
@@ -53,6 +56,89 @@ TEST(Generate, ASeedRepeatsASampledGenerationAndTheContextBoundsIt) {
   EXPECT_GT(stats.prefill_tokens_per_second(), 0);
 }
 
+TEST(Generate, PenaltiesReadThePromptAndEveryTokenGeneratedBefore) {
+  const LlamaModel<double> model(small_llama(), {.init_std = 0.5, .seed = 3});
+  constexpr double frequency = 0.7, presence = 0.9;
+  double repetition = 1;
+  // The reference: a full forward over the growing sequence, the penalties written out here,
+  // then the first largest. Hugging Face's repetition penalty reads the whole sequence (or, to
+  // show that this matters, only the generated part); OpenAI's penalties count the generated
+  // tokens (or, likewise, the prompt too).
+  const auto reference = [&](const std::vector<index_t>& sequence, std::size_t prompt_length,
+                             bool repetition_reads_prompt, bool openai_counts_prompt) {
+    const auto logits = model.forward(TokenBatch{sequence, 1, index_t(sequence.size())});
+    std::vector<double> row(logits.data() + (logits.dim(1) - 1) * 29,
+                            logits.data() + logits.dim(1) * 29);
+    std::vector<bool> seen(29);
+    std::vector<int> counts(29);
+    for (std::size_t i = 0; i < sequence.size(); ++i) {
+      const auto id = static_cast<std::size_t>(sequence[i]);
+      const bool in_prompt = i < prompt_length;
+      if (!seen[id] && (repetition_reads_prompt || !in_prompt)) {
+        row[id] = row[id] < 0 ? row[id] * repetition : row[id] / repetition;
+        seen[id] = true;
+      }
+      if (openai_counts_prompt || !in_prompt) ++counts[id];
+    }
+    for (std::size_t id = 0; id < row.size(); ++id) {
+      if (counts[id] > 0) row[id] = row[id] - counts[id] * frequency - presence;
+    }
+    return index_t(std::max_element(row.begin(), row.end()) - row.begin());
+  };
+  int steps = 0, differ_without_prompt = 0, differ_counting_prompt = 0;
+  // Greedy from {4, 17, 2, 4} without penalties gives 25, 25, 25, 23, …
+  const std::vector<std::pair<std::vector<index_t>, double>> cases{
+      {{4, 17, 2, 4}, 1.8}, {{4, 17, 2, 4, 25}, 1.8}, {{25, 25, 25, 25, 25}, 1.0}};
+  for (const auto& [prompt, penalty] : cases) {
+    repetition = penalty;
+    GenerationOptions options{.max_new_tokens = 7,
+                              .sampling = {.temperature = 0,
+                                           .repetition_penalty = repetition,
+                                           .frequency_penalty = frequency,
+                                           .presence_penalty = presence}};
+    std::vector<index_t> streamed, plain;
+    generate(model, prompt, options, [&](index_t id) { streamed.push_back(id); });
+    options.sampling = {.temperature = 0};
+    generate(model, prompt, options, [&](index_t id) { plain.push_back(id); });
+    EXPECT_NE(streamed, plain) << "the penalties change this greedy generation";
+    std::vector<index_t> sequence = prompt;
+    for (const index_t got : streamed) {
+      EXPECT_EQ(got, reference(sequence, prompt.size(), true, false))
+          << "after " << sequence.size() << " tokens";
+      differ_without_prompt += got != reference(sequence, prompt.size(), false, false);
+      differ_counting_prompt += got != reference(sequence, prompt.size(), true, true);
+      ++steps;
+      sequence.push_back(got);
+    }
+  }
+  // The prompts were chosen so that both readings of the history matter: a generate that left
+  // the prompt out of the repetition penalty, or counted it for OpenAI's, would fail above.
+  EXPECT_EQ(steps, 21);
+  EXPECT_GT(differ_without_prompt, 0);
+  EXPECT_GT(differ_counting_prompt, 0);
+}
+
+TEST(Generate, ASeedRepeatsAGenerationWithEveryFilterAndPenalty) {
+  const GPT2Model<float> model(
+      {.d_model = 16, .n_layers = 1, .n_heads = 2, .d_ff = 32, .vocab = 29, .context = 40},
+      {.init_std = 0.5, .seed = 5});
+  const std::vector<index_t> prompt{1, 2, 3, 1};
+  const GenerationOptions options{.max_new_tokens = 30,
+                                  .sampling = {.temperature = 1.2,
+                                               .top_k = 20,
+                                               .top_p = 0.9,
+                                               .min_p = 0.05,
+                                               .repetition_penalty = 1.3,
+                                               .frequency_penalty = 0.2,
+                                               .presence_penalty = 0.1},
+                                  .seed = 7};
+  std::vector<index_t> first, second;
+  generate(model, prompt, options, [&](index_t id) { first.push_back(id); });
+  generate(model, prompt, options, [&](index_t id) { second.push_back(id); });
+  EXPECT_EQ(first.size(), 30u);
+  EXPECT_EQ(first, second);
+}
+
 TEST(GenerateErrors, BadPromptsAndOptionsAreRefused) {
   const LlamaModel<float> model(small_llama());
   const auto ignore = [](index_t) {};
@@ -66,6 +152,11 @@ TEST(GenerateErrors, BadPromptsAndOptionsAreRefused) {
                     ConfigError, "max_new_tokens must be >= 0");
   EXPECT_THROW_WITH(generate(model, std::vector<index_t>{1}, {.sampling = {.top_k = -1}}, ignore),
                     ConfigError, "generate: top_k must be >= 0");
+  EXPECT_THROW_WITH(generate(model, std::vector<index_t>{1}, {.sampling = {.top_p = 0}}, ignore),
+                    ConfigError, "generate: top_p must be in (0, 1] (got 0)");
+  EXPECT_THROW_WITH(
+      generate(model, std::vector<index_t>{1}, {.sampling = {.repetition_penalty = 0}}, ignore),
+      ConfigError, "generate: repetition_penalty must be finite and > 0 (got 0)");
 }
 
 }  // namespace test_generate

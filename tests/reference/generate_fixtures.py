@@ -1999,6 +1999,150 @@ def generate_alignment(root: Path):
 BLOCKS["alignment"] = generate_alignment
 
 
+
+# ---- sampling: Hugging Face's logits processors and warpers, written out in plain torch --------
+
+
+# The processors as transformers/generation/logits_process.py computes them, each on a row of
+# scores in the fixture's dtype (transformers is not imported). OpenAI's frequency and presence
+# penalties are not in Hugging Face; they follow the API's parameter details and vLLM's
+# apply_penalties: over the generated tokens only, after the repetition penalty.
+def hf_repetition_penalty(scores, input_ids, penalty):
+    score = torch.gather(scores, 0, input_ids)
+    score = torch.where(score < 0, score * penalty, score / penalty)
+    return scores.scatter(0, input_ids, score)
+
+
+def openai_penalties(scores, generated, frequency, presence):
+    counts = torch.bincount(generated, minlength=scores.numel()).to(scores.dtype)
+    return scores - counts * frequency - (counts > 0).to(scores.dtype) * presence
+
+
+def hf_top_k(scores, top_k):
+    top_k = min(max(top_k, 1), scores.numel())
+    return scores.masked_fill(scores < torch.topk(scores, top_k)[0][-1], -math.inf)
+
+
+def hf_top_p(scores, top_p):
+    sorted_logits, sorted_indices = torch.sort(scores, descending=False)
+    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    remove = cumulative <= (1 - top_p)
+    remove[-1:] = False  # min_tokens_to_keep = 1
+    return scores.masked_fill(remove.scatter(0, sorted_indices, remove), -math.inf), cumulative
+
+
+def hf_min_p(scores, min_p):
+    probs = torch.softmax(scores, dim=-1)
+    remove = probs < min_p * probs.max()
+    sorted_indices = torch.argsort(scores, descending=True)
+    sorted_remove = torch.gather(remove, 0, sorted_indices)
+    sorted_remove[:1] = False  # min_tokens_to_keep = 1
+    return scores.masked_fill(sorted_remove.scatter(0, sorted_indices, sorted_remove), -math.inf)
+
+
+def hf_sampling_distribution(logits, history, prompt_length, o):
+    """The distribution HF's generate would draw from: the processors (repetition penalty; then
+    OpenAI's two), then, when sampling, the warpers in _get_logits_processor's order:
+    temperature, top-k, top-p, min-p; softmax of what is left. Temperature 0 is greedy: all the
+    mass on the argmax of the penalised scores. Returns (probs, margins): how far each top-p and
+    min-p decision was from its threshold."""
+    scores, margins = logits.clone(), []
+    if o["repetition_penalty"] != 1:
+        scores = hf_repetition_penalty(scores, history, o["repetition_penalty"])
+    if o["frequency_penalty"] != 0 or o["presence_penalty"] != 0:
+        scores = openai_penalties(scores, history[prompt_length:], o["frequency_penalty"],
+                                  o["presence_penalty"])
+    if o["temperature"] == 0:
+        return torch.nn.functional.one_hot(torch.argmax(scores), scores.numel()).to(logits.dtype), []
+    scores = scores / o["temperature"]
+    if o["top_k"] > 0:
+        scores = hf_top_k(scores, o["top_k"])
+    if o["top_p"] < 1:
+        scores, cumulative = hf_top_p(scores, o["top_p"])
+        margins += [abs(c - (1 - o["top_p"])) for c in cumulative[:-1].tolist() if c > 0]
+    if o["min_p"] > 0:
+        probs = torch.softmax(scores, dim=-1)
+        margins += [abs(r - o["min_p"]) for r in (probs / probs.max()).tolist() if 0 < r < 1]
+        scores = hf_min_p(scores, o["min_p"])
+    return torch.softmax(scores, dim=-1), margins
+
+
+SAMPLING_DEFAULTS = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
+                     "repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
+
+# (name, V, logit scale, history length, prompt length, options). Every top-p and min-p decision
+# is at least 1e-4 from its threshold (checked below), so float32's rounding cannot flip one.
+SAMPLING_CASES = [
+    ("temperature", 32, 2.0, 0, 0, {"temperature": 0.7}),
+    ("temperature_hot", 32, 2.0, 0, 0, {"temperature": 2.5}),
+    ("top_k", 32, 2.0, 0, 0, {"temperature": 1.3, "top_k": 5}),
+    ("top_k_ties", 0, 0, 0, 0, {"top_k": 3}),  # hand-written logits, below
+    ("top_k_beyond_vocab", 16, 2.0, 0, 0, {"top_k": 40}),
+    ("top_p", 32, 2.0, 0, 0, {"top_p": 0.9}),
+    ("top_p_one", 32, 2.0, 0, 0, {"top_p": 1.0}),
+    ("top_p_keeps_one", 32, 2.0, 0, 0, {"top_p": 0.01}),
+    ("top_p_hot", 64, 1.0, 0, 0, {"temperature": 1.7, "top_p": 0.6}),
+    ("min_p", 32, 2.0, 0, 0, {"temperature": 0.8, "min_p": 0.1}),
+    ("min_p_one", 32, 2.0, 0, 0, {"min_p": 1.0}),
+    ("repetition", 24, 2.0, 12, 5, {"repetition_penalty": 1.3}),
+    ("repetition_rewards", 24, 2.0, 12, 5, {"repetition_penalty": 0.7}),
+    ("frequency_presence", 24, 2.0, 16, 6, {"frequency_penalty": 0.5, "presence_penalty": 0.3}),
+    ("frequency_presence_negative", 24, 2.0, 16, 0,
+     {"frequency_penalty": -0.4, "presence_penalty": -0.2}),
+    ("greedy_penalised", 24, 2.0, 10, 4, {"temperature": 0.0, "repetition_penalty": 3.0,
+                                           "presence_penalty": 1.0}),
+    ("all", 48, 2.5, 20, 8, {"temperature": 0.9, "top_k": 12, "top_p": 0.85, "min_p": 0.05,
+                             "repetition_penalty": 1.2, "frequency_penalty": 0.3,
+                             "presence_penalty": 0.2}),
+    ("all_large_vocab", 256, 3.0, 40, 10, {"temperature": 1.1, "top_k": 100, "top_p": 0.95,
+                                           "min_p": 0.02, "repetition_penalty": 1.5,
+                                           "frequency_penalty": 0.1, "presence_penalty": 0.4}),
+    ("minus_infinity", 16, 2.0, 6, 2, {"top_p": 0.8, "min_p": 0.05, "repetition_penalty": 1.4}),
+]
+
+
+def sampling_fixture(V, scale, history_length, prompt_length, options, dtype, seed, name):
+    o = {**SAMPLING_DEFAULTS, **options}
+    torch.manual_seed(seed)
+    if name == "top_k_ties":
+        # The 3rd, 4th and 5th largest tie: HF's `scores < topk(scores)[-1]` keeps all five.
+        logits = torch.tensor([0.5, 2.0, 1.25, -1.0, 1.25, 3.0, 1.25, 0.0], dtype=torch.float64)
+    else:
+        logits = randn(V, dtype=torch.float64) * scale
+        if name == "minus_infinity":
+            logits[[1, 4, 9]] = -math.inf  # masked tokens, one of them (4) in the history
+    history = torch.randint(0, logits.numel(), (history_length,), dtype=torch.int64)
+    if name == "minus_infinity":
+        history[0] = 4
+    if history_length:
+        # A few repeats, within the prompt and after it, so counts above 1 matter.
+        history[-1] = history[0]
+        history[-2] = history[-3]
+    logits = logits.to(dtype)
+    probs, margins = hf_sampling_distribution(logits, history, prompt_length, o)
+    if margins and min(margins) < 1e-4:
+        raise AssertionError(f"sampling {name}: a top-p or min-p decision is {min(margins):.2g} "
+                             "from its threshold; float32 could flip it")
+    # float32's distribution keeps exactly float64's tokens (the test compares values).
+    again, _ = hf_sampling_distribution(logits.double(), history, prompt_length, o)
+    if not torch.equal(probs > 0, again > 0):
+        raise AssertionError(f"sampling {name}: float32 and float64 keep different tokens")
+    kept = int((probs > 0).sum())
+    if o["temperature"] != 0 and name not in ("top_p_keeps_one", "min_p_one") and kept < 2:
+        raise AssertionError(f"sampling {name}: only {kept} token kept")
+    meta = {key: repr(float(value)) if key != "top_k" else int(value) for key, value in o.items()}
+    meta.update({"prompt_length": prompt_length, "kept": kept})
+    return meta, {"logits": logits, "history": history.to(dtype), "probs": probs}
+
+
+def generate_sampling(root: Path):
+    return generate_seeded_cases(root, "sampling", [
+        (name, lambda dtype, seed, c=case, n=name: sampling_fixture(*c, dtype, seed, n))
+        for name, *case in SAMPLING_CASES])
+
+
+BLOCKS["sampling"] = generate_sampling
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("blocks", nargs="*", metavar="block",

@@ -184,6 +184,17 @@ TEST(ParseNonNegativeReal, FiniteAndNotNegative) {
   }
 }
 
+TEST(ParseReal, FiniteOfEitherSign) {
+  EXPECT_EQ(parse_real("-0.5", "--frequency-penalty"), -0.5);
+  EXPECT_EQ(parse_real(" 2 ", "--frequency-penalty"), 2.0);
+  EXPECT_EQ(parse_real("1e-3", "--presence-penalty"), 1e-3);
+  EXPECT_FALSE(std::signbit(parse_real("-0", "--presence-penalty")));
+  for (const char* bad : {"nan", "-inf", "1e400", "0.5x", "", "some"}) {
+    EXPECT_THROW_WITH(parse_real(bad, "--presence-penalty"), ConfigError,
+                      concat("--presence-penalty: cannot read \"", bad, "\" as a finite number"));
+  }
+}
+
 TEST(ParseFraction, PlainOrPercent) {
   EXPECT_EQ(parse_fraction("0.2", "r"), 0.2);
   EXPECT_EQ(parse_fraction("20%", "r"), 0.2);

@@ -69,6 +69,10 @@ double parse_flops(std::string_view text, std::string_view field);
 /// @throws ConfigError naming `field` if unreadable (a unit, "inf", "nan" included) or < 0.
 double parse_non_negative_real(std::string_view text, std::string_view field);
 
+/// A finite number of either sign with nothing after it: "-0.5", "0", "1e-3".
+/// @throws ConfigError naming `field` if unreadable (a unit, "inf", "nan" included).
+double parse_real(std::string_view text, std::string_view field);
+
 /// A fraction in [0, 1): "0.2" or "20%".
 /// @throws ConfigError naming `field` if unreadable or outside [0, 1).
 double parse_fraction(std::string_view text, std::string_view field);
@@ -302,6 +306,15 @@ inline double parse_non_negative_real(std::string_view text, std::string_view fi
   }
   if (!(*number >= 0.0)) {
     throw ConfigError(concat(field, ": must be finite and >= 0 (got \"", text, "\")"));
+  }
+  return *number == 0.0 ? 0.0 : *number;  // -0 reads as 0
+}
+
+inline double parse_real(std::string_view text, std::string_view field) {
+  std::string_view unit;
+  const std::optional<double> number = leading_number(text, unit);
+  if (!number || !unit.empty()) {
+    throw ConfigError(concat(field, ": cannot read \"", text, "\" as a finite number"));
   }
   return *number == 0.0 ? 0.0 : *number;  // -0 reads as 0
 }

@@ -3,7 +3,9 @@
 //   dissect inspect CHECKPOINT [--gpu-memory 24GB] [--context T] [--json]
 //   dissect inspect FILE.gguf [--json]
 //   dissect generate CHECKPOINT|FILE.gguf (--prompt TEXT | --tokens 464,2068,…) [--ids]
-//                    [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
+//                    [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
+//                    [--repetition-penalty R] [--frequency-penalty F] [--presence-penalty P]
+//                    [--seed S]
 //   dissect quantize IN OUT --format bf16|int8|q4
 //   dissect quantize IN.gguf OUT.gguf --format q8_0|q4_0|q6_k|q4_k_m|q5_k_m
 //   dissect convert IN.gguf OUT_DIR [--type f32|f16|bf16]
@@ -448,8 +450,8 @@ struct GenerateOptions {
   std::optional<std::string> prompt;
   std::optional<std::string> tokens;  ///< as given; its syntax is checked, the vocabulary later
   index_t max_new_tokens = 64;
-  double temperature = 0.8;
-  index_t top_k = 0;
+  /// temperature 0.8 unless --temperature says otherwise; the other fields as the flags give them
+  dissect::SamplingOptions sampling{.temperature = 0.8};
   std::uint64_t seed = 0;
   bool print_ids = false;  ///< --ids: the prompt's and the new tokens' ids, not their text
 };
@@ -546,9 +548,7 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
   }
   std::cout.flush();
   const dissect::GenerationOptions options{
-      .max_new_tokens = o.max_new_tokens,
-      .sampling = {.temperature = o.temperature, .top_k = o.top_k},
-      .seed = o.seed};
+      .max_new_tokens = o.max_new_tokens, .sampling = o.sampling, .seed = o.seed};
   const auto stats = dissect::generate(model, prompt, options, [&](index_t id) {
     if (stream && id < static_cast<index_t>(tokenizer->vocab_size())) {
       std::cout << stream->push(static_cast<std::int32_t>(id));
@@ -944,6 +944,33 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   generate_command->add_option("--top-k", top_k, "an integer >= 0; 0: every token")
       ->capture_default_str();
+  // The sampling flags of Hugging Face's generate (and OpenAI's two penalties), applied in HF's
+  // order: the penalties, then temperature, top-k, top-p, min-p (dissect/sampling.hpp).
+  std::string top_p = "1", min_p = "0", repetition_penalty = "1", frequency_penalty = "0",
+              presence_penalty = "0";
+  generate_command
+      ->add_option("--top-p", top_p,
+                   "in (0, 1]: sample from the smallest set of most probable tokens whose "
+                   "probabilities reach it; 1: every token")
+      ->capture_default_str();
+  generate_command
+      ->add_option("--min-p", min_p,
+                   "in [0, 1]: drop tokens less probable than it times the most probable one's "
+                   "probability; 0: none")
+      ->capture_default_str();
+  generate_command
+      ->add_option("--repetition-penalty", repetition_penalty,
+                   "> 0: Hugging Face's, on every token of the prompt and of the output (a logit "
+                   "l >= 0 becomes l / R, l < 0 becomes l * R); 1: none")
+      ->capture_default_str();
+  generate_command
+      ->add_option("--frequency-penalty", frequency_penalty,
+                   "OpenAI's: subtract it times how often a token was generated; 0: none")
+      ->capture_default_str();
+  generate_command
+      ->add_option("--presence-penalty", presence_penalty,
+                   "OpenAI's: subtract it from every token generated so far; 0: none")
+      ->capture_default_str();
   generate_command->add_option("--seed", seed, "an integer in [0, 2^64 - 1]")
       ->capture_default_str();
   generate_command->add_flag("--ids", generate_options.print_ids,
@@ -1073,8 +1100,25 @@ int run(int argc, char** argv) {
   if (g.tokens) (void)tools::parse_token_ids(*g.tokens, "--tokens");  // the vocabulary: later
   if (g.prompt && g.prompt->empty()) throw dissect::ConfigError("--prompt: the prompt is empty");
   g.max_new_tokens = tools::parse_integer(max_new_tokens, "--max-new-tokens");
-  g.temperature = tools::parse_non_negative_real(temperature, "--temperature");
-  g.top_k = tools::parse_integer(top_k, "--top-k");
+  g.sampling.temperature = tools::parse_non_negative_real(temperature, "--temperature");
+  g.sampling.top_k = tools::parse_integer(top_k, "--top-k");
+  const auto real_in = [](const std::string& text, std::string_view flag, std::string_view range,
+                          auto inside) {
+    const double value = tools::parse_real(text, flag);
+    if (!inside(value)) {
+      throw dissect::ConfigError(
+          dissect::concat(flag, ": must be ", range, " (got \"", text, "\")"));
+    }
+    return value;
+  };
+  g.sampling.top_p =
+      real_in(top_p, "--top-p", "in (0, 1]", [](double p) { return p > 0 && p <= 1; });
+  g.sampling.min_p =
+      real_in(min_p, "--min-p", "in [0, 1]", [](double p) { return p >= 0 && p <= 1; });
+  g.sampling.repetition_penalty =
+      real_in(repetition_penalty, "--repetition-penalty", "> 0", [](double r) { return r > 0; });
+  g.sampling.frequency_penalty = tools::parse_real(frequency_penalty, "--frequency-penalty");
+  g.sampling.presence_penalty = tools::parse_real(presence_penalty, "--presence-penalty");
   g.seed = tools::parse_uint64(seed, "--seed");
   return generate(g);
 }

@@ -1,5 +1,6 @@
 // dissect/models/generate.hpp — text generation: a prompt prefilled into a KV cache, then one
-// token at a time, each sampled from the last position's logits (sampling.hpp).
+// token at a time, each sampled from the last position's logits (sampling.hpp), the penalties
+// reading the prompt and the tokens generated before it.
 //
 // Prefill runs the whole prompt in one forward (matrix products over all its tokens); decoding
 // then feeds one token per step, reading every earlier key and value from the cache. The two are
@@ -73,7 +74,11 @@ GenerationStats generate(const Model& model, std::span<const index_t> prompt,
   stats.stopped_at_context = wanted < options.max_new_tokens;
   auto cache = model.make_kv_cache(1);
   Generator generator(options.seed);
-  std::vector<index_t> scratch;
+  SamplingScratch scratch;
+  // The penalties read the prompt and every token generated so far; reserved once, so a step
+  // appends without allocating.
+  std::vector<index_t> history(prompt.begin(), prompt.end());
+  history.reserve(static_cast<std::size_t>(length + wanted));
   const auto last_row = [&](const Tensor<Scalar, 3>& logits) {
     return std::span<const Scalar>(logits.data() + (logits.dim(1) - 1) * vocab,
                                    static_cast<std::size_t>(vocab));
@@ -81,7 +86,9 @@ GenerationStats generate(const Model& model, std::span<const index_t> prompt,
   auto start = Clock::now();
   auto logits = model.forward(TokenBatch{prompt, 1, length}, cache);
   for (index_t step = 0; step < wanted; ++step) {
-    index_t token = sample_token(last_row(logits), options.sampling, generator, scratch);
+    index_t token = sample_token(last_row(logits), options.sampling, TokenHistory{history, length},
+                                 generator, scratch);
+    history.push_back(token);
     on_token(token);
     ++stats.new_tokens;
     const auto now = Clock::now();
