@@ -12,8 +12,9 @@
 //   run:   the next beams are the n best candidates that do not hit
 //   done:  a hitting candidate of rank < n is a finished hypothesis scored
 //          sum_logprobs / new_len^length_penalty, new_len = the tokens generated including
-//          the last one (the prompt is not counted: transformers stopped counting it in v4.36,
-//          `decoder_prompt_len`); the n best finished hypotheses are kept
+//          the last one; the prompt is not counted since pull requests #27351 and #27808
+//          (`decoder_prompt_len`, late 2023; before, the whole sequence's length was used);
+//          the n best finished hypotheses are kept
 //   stop:  max_length reached; or, once n hypotheses are finished, early_stopping = when_full
 //          (HF's True) stops; otherwise the best running score divided by
 //          (generated length)^length_penalty — or, for `never` with length_penalty > 0, by
