@@ -91,6 +91,42 @@ TEST(KVCache, TruncateKeepsAPrefixAndRefusesToGrow) {
   EXPECT_EQ(cache.length(), 0);
 }
 
+TEST(KVCache, ReorderGathersEveryLayersRowsByParent) {
+  KVCache<double> cache(small_config(), 3, 6);
+  std::mt19937_64 engine(4);
+  std::vector<Tensor<double, 4>> keys, values;
+  for (index_t layer = 0; layer < 3; ++layer) {
+    keys.push_back(testing::random_tensor<double, 4>({3, 2, 4, 4}, engine));
+    values.push_back(testing::random_tensor<double, 4>({3, 2, 4, 4}, engine));
+    cache.write(layer, keys.back(), values.back());
+  }
+  cache.advance(4);
+  // Row 0 is dropped, row 2 repeated: what beam search does when two beams extend one parent.
+  const std::vector<index_t> parents{2, 1, 2};
+  cache.reorder(parents);
+  EXPECT_EQ(cache.length(), 4);
+  for (index_t layer = 0; layer < 3; ++layer) {
+    const auto k = cache.keys(layer, 4), v = cache.values(layer, 4);
+    for (index_t b = 0; b < 3; ++b) {
+      for (index_t h = 0; h < 2; ++h) {
+        for (index_t t = 0; t < 4; ++t) {
+          for (index_t i = 0; i < 4; ++i) {
+            EXPECT_EQ(k.head(b, h)(t, i), keys[layer](parents[b], h, t, i));
+            EXPECT_EQ(v.head(b, h)(t, i), values[layer](parents[b], h, t, i));
+          }
+        }
+      }
+    }
+  }
+  // Refused reorders change nothing (row 0 still holds the old row 2).
+  EXPECT_THROW_WITH(cache.reorder(std::vector<index_t>{0, 1}), ShapeError,
+                    "KVCache::reorder: 2 parent rows for a cache of batch 3");
+  EXPECT_THROW_WITH(cache.reorder(std::vector<index_t>{0, 3, 1}), Error,
+                    "KVCache::reorder: parent 3 of row 1 is outside [0, 3)");
+  EXPECT_THROW_WITH(cache.reorder(std::vector<index_t>{-1, 0, 1}), Error, "parent -1 of row 0");
+  EXPECT_EQ(cache.keys(2, 4).head(0, 1)(3, 2), keys[2](2, 1, 3, 2));
+}
+
 TEST(KVCacheErrors, RefusedWritesAndAdvancesChangeNothing) {
   KVCache<float> cache(small_config(), 2, 5);
   const Tensor<float, 4> three({2, 2, 3, 4});

@@ -38,6 +38,7 @@
 #include "dissect/lora_linear.hpp"
 #include "dissect/loss.hpp"
 #include "dissect/model_shape.hpp"
+#include "dissect/models/beam_search.hpp"
 #include "dissect/models/decoder_layer.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/models/generate.hpp"

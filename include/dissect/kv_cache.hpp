@@ -7,9 +7,12 @@
 // then advances the length once, for all layers; a step that is refused changes nothing.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <optional>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "dissect/attention.hpp"
 #include "dissect/config.hpp"
@@ -52,6 +55,14 @@ class KVCache {
   /// The positions kept are untouched, so decoding from them again gives the same results.
   /// @throws ShapeError if length < 0 or length > length() (nothing changes).
   void truncate(index_t length);
+
+  /// Replaces sequence b's positions by those of sequence parents[b], in every layer, for all b
+  /// at once (rows may repeat or be dropped): beam search continues the beams it chose from
+  /// the parents they extend, as Hugging Face's `_reorder_cache`. Copies through a scratch
+  /// buffer of one layer's held positions, allocated per call.
+  /// @throws ShapeError if parents does not hold batch() entries; Error if one is outside
+  ///         [0, batch()) (nothing changes).
+  void reorder(std::span<const index_t> parents);
 
   /// Checks that this cache was built for `config` and `batch` and has room for `tokens` more
   /// positions. @throws ShapeError naming `op` and what differs (nothing changes).
@@ -176,6 +187,44 @@ void KVCache<Scalar>::truncate(index_t length) {
                                     capacity(), ")"));
   }
   length_ = length;
+}
+
+template <class Scalar>
+void KVCache<Scalar>::reorder(std::span<const index_t> parents) {
+  constexpr std::string_view op = "KVCache::reorder";
+  if (static_cast<index_t>(parents.size()) != batch()) {
+    throw ShapeError(
+        detail::concat(op, ": ", parents.size(), " parent rows for a cache of batch ", batch()));
+  }
+  for (std::size_t b = 0; b < parents.size(); ++b) {
+    if (parents[b] < 0 || parents[b] >= batch()) {
+      throw Error(detail::concat(op, ": parent ", parents[b], " of row ", b, " is outside [0, ",
+                                 batch(), ")"));
+    }
+  }
+  // Only the held positions move; each (layer, row, head) keeps its `length_` rows of d_k
+  // values at the start of its capacity-long slot.
+  const index_t heads_per_row = n_kv_heads(), slot = capacity() * head_dim(),
+                held = length_ * head_dim();
+  std::vector<Scalar> scratch(static_cast<std::size_t>(batch() * heads_per_row * held));
+  for (Tensor<Scalar, 5>* store : {&keys_, &values_}) {
+    for (index_t layer = 0; layer < n_layers(); ++layer) {
+      Scalar* base = store->data() + layer * batch() * heads_per_row * slot;
+      Scalar* out = scratch.data();
+      for (index_t b = 0; b < batch(); ++b) {
+        for (index_t h = 0; h < heads_per_row; ++h, out += held) {
+          std::copy_n(base + (parents[static_cast<std::size_t>(b)] * heads_per_row + h) * slot,
+                      held, out);
+        }
+      }
+      const Scalar* in = scratch.data();
+      for (index_t b = 0; b < batch(); ++b) {
+        for (index_t h = 0; h < heads_per_row; ++h, in += held) {
+          std::copy_n(in, held, base + (b * heads_per_row + h) * slot);
+        }
+      }
+    }
+  }
 }
 
 template <class Scalar>

@@ -1117,6 +1117,179 @@ BLOCKS["model"] = generate_model
 BLOCKS["model_scaling"] = generate_model_scaling
 
 
+# ---- beam_search: Hugging Face's beam search on the tiny GPT-2 and LLaMA -------------------------
+
+# Written from the vectorised `_beam_search` of transformers' generation/utils.py (pull request
+# #35802, released after v4.48), for one sequence and one EOS id, with HF's state as it keeps it:
+# n "finished" slots that start at -1e9 and are merged with each step's candidates by top-k, and
+# a heuristic flag that, once false, stays false. Every step recomputes the logits of each whole
+# running sequence with gpt2_logits / llama_logits (no KV cache), so the fixtures test dissect's
+# cache reordering too. Scores are summed in the run's dtype (HF sums in float32 always).
+BEAM_IMPOSSIBLE = -1.0e9
+
+
+def hf_beam_search(arch, p, c, prompt, n, length_penalty, early_stopping, max_new_tokens, eos,
+                   dtype):
+    """Returns (hypotheses [(new token ids, score)] best first, steps run, margin): the margin
+    is the smallest gap between two scores whose order decided the result (the candidates'
+    top-k, the finished merge, the early-stop comparison); a fixture needs it far above the
+    float32 rounding of a score."""
+    logits_of = MODELS[arch][1]
+    V, prompt_len = c["vocab"], len(prompt)
+    max_length, K = prompt_len + max_new_tokens, 2 * n
+    first_n = torch.arange(K) < n
+    running = torch.tensor([prompt] * n)
+    running_scores = torch.full((n,), BEAM_IMPOSSIBLE, dtype=dtype)
+    running_scores[0] = 0
+    pad = -1
+    finished = torch.full((n, max_length), pad)
+    finished_scores = torch.full((n,), BEAM_IMPOSSIBLE, dtype=dtype)
+    is_finished = torch.zeros(n, dtype=torch.bool)
+    improvable = True
+    cur, steps, margin = prompt_len, 0, math.inf
+    while True:
+        steps += 1
+        with torch.no_grad():
+            logits = logits_of(p, c, running)[:, -1, :]
+        flat = (torch.log_softmax(logits, dim=-1) + running_scores[:, None]).reshape(-1)
+        top_scores, top_index = torch.topk(flat, K)
+        ranked = flat.sort(descending=True).values[: K + 1]
+        margin = min(margin, (ranked[:-1] - ranked[1:]).min().item())
+        parents, tokens = top_index // V, top_index % V
+        extended = torch.cat([running[parents], tokens[:, None]], dim=1)
+        hits = torch.full((K,), cur + 1 >= max_length)
+        if eos is not None:
+            hits |= tokens == eos
+        # The next running beams: the best n that do not hit.
+        held_back = top_scores + hits.to(dtype) * BEAM_IMPOSSIBLE
+        keep = torch.topk(held_back, n).indices
+        next_running, next_scores = extended[keep], held_back[keep]
+        # The finished slots: the top-n candidates that hit, length-penalised, merged.
+        just_finished = hits & first_n
+        scored = top_scores / ((cur + 1 - prompt_len) ** length_penalty)
+        blocked = (bool(is_finished.all()) and early_stopping is True) or not improvable
+        scored = scored + float(blocked) * BEAM_IMPOSSIBLE
+        scored = scored + (~just_finished).to(dtype) * BEAM_IMPOSSIBLE
+        padded = torch.full((K, max_length), pad)
+        padded[:, : cur + 1] = extended
+        merged_scores = torch.cat([finished_scores, scored])
+        real = merged_scores[torch.cat([is_finished, just_finished])].sort(descending=True).values
+        if real.numel() > 1:
+            margin = min(margin, (real[:-1] - real[1:]).min().item())
+        pick = torch.topk(merged_scores, n).indices
+        finished = torch.cat([finished, padded])[pick]
+        finished_scores = merged_scores[pick]
+        is_finished = torch.cat([is_finished, just_finished])[pick]
+        running, running_scores = next_running, next_scores
+        cur += 1
+        if early_stopping == "never" and length_penalty > 0:
+            best_length = max_length - prompt_len
+        else:
+            best_length = cur - prompt_len
+        best_possible = running_scores[0] / (best_length ** length_penalty)
+        worst = torch.where(is_finished, finished_scores.min(), torch.tensor(BEAM_IMPOSSIBLE,
+                                                                             dtype=dtype))
+        if bool(is_finished.all()) and not bool(hits.all()):
+            margin = min(margin, abs(best_possible - finished_scores.min()).item())
+        improvable = improvable and bool((best_possible > worst).any())
+        open_beam = not (bool(is_finished.all()) and early_stopping is True)
+        if not (improvable and open_beam and not bool(hits.all())):
+            break
+    assert bool(is_finished.all()), "beam search ended with an empty finished slot"
+    hypotheses = []
+    for row, score in zip(finished, finished_scores):
+        new = row[prompt_len:]
+        hypotheses.append(([int(t) for t in new if t != pad], score.item()))
+    return hypotheses, steps, margin
+
+
+# (case name, arch, num_beams, length_penalty, early_stopping, max_new_tokens, with EOS,
+# num_return_sequences, must stop before max_new_tokens). HF's early_stopping is False, True or
+# "never".
+BEAM_CASES = [
+    ("gpt2_beams1", "gpt2", 1, 1.0, False, 6, True, 1, False),
+    ("gpt2_beams3_early", "gpt2", 3, 1.0, True, 8, True, 3, True),
+    ("gpt2_beams4_lp0", "gpt2", 4, 0.0, False, 8, True, 2, False),
+    ("llama_beams4_lp2", "llama", 4, 2.0, False, 8, True, 4, False),
+    ("llama_beams3_no_eos", "llama", 3, 1.0, False, 6, False, 3, False),
+    ("llama_beams4_heuristic", "llama", 4, 1.0, False, 8, True, 4, True),
+    ("llama_beams4_never", "llama", 4, 1.0, "never", 8, True, 4, False),
+]
+EARLY_STOPPING_NAMES = {False: "heuristic", True: "when_full", "never": "never"}
+BEAM_PROMPT = 4      # prompt tokens, taken from the model fixture's token sequences
+BEAM_MARGIN = 1e-4   # no decision may rest on a score gap below this (float32 sums err ~1e-5)
+
+
+def beam_fixture_search(arch, c, weights, ids, n, lp, early, max_new, with_eos, returned,
+                        stops_early):
+    """The first prompt (4 tokens from sequence 0 then 1 of the model fixture's ids, sliding
+    start 0, 1, ...) and EOS id (tokens in order of how often they appear in that prompt's
+    search without EOS) whose search has every margin above BEAM_MARGIN, the same tokens and
+    steps in float32 and float64, an EOS-ended hypothesis among those returned (with EOS), and
+    stops early if asked; with early_stopping True or "never", its steps differ from the same
+    search's with False, so the fixture sees the option. The tiny models' logits are nearly flat (their loss is near log V),
+    so many prompts leave two candidates within float32 rounding of each other."""
+    for row in range(ids.shape[0]):
+        for first in range(ids.shape[1] - BEAM_PROMPT + 1):
+            prompt = ids[row, first : first + BEAM_PROMPT].tolist()
+            base, _, _ = hf_beam_search(arch, weights, c, prompt, n, lp, early, max_new, None,
+                                        torch.float64)
+            counts = {}
+            for tokens, _ in base:
+                for t in tokens:
+                    counts[t] = counts.get(t, 0) + 1
+            for eos in sorted(counts, key=lambda t: (-counts[t], t)) if with_eos else [None]:
+                runs = {prefix: hf_beam_search(arch, {k: w.to(dtype) for k, w in weights.items()},
+                                               c, prompt, n, lp, early, max_new, eos, dtype)
+                        for prefix, dtype in DTYPES.items()}
+                hyps, steps, margin = runs["f64"]
+                ok = margin > BEAM_MARGIN and runs["f32"][1] == steps
+                ok = ok and [h for h, _ in runs["f32"][0]] == [h for h, _ in hyps]
+                if eos is not None:
+                    ok = ok and any(h[-1] == eos for h, _ in hyps[:returned])
+                if ok and early is not False:
+                    heuristic = hf_beam_search(arch, weights, c, prompt, n, lp, False, max_new,
+                                               eos, torch.float64)
+                    ok = heuristic[1] != steps
+                if ok and (steps < max_new or not stops_early):
+                    return prompt, eos, runs
+    raise AssertionError("no prompt and EOS id give a beam-search fixture with clear margins")
+
+
+def generate_beam_search(root: Path):
+    """<f32|f64>_<case>.txt: the prompt, and the returned hypotheses' new tokens (rows padded
+    with -1), their lengths and scores; meta: the options, the EOS id (-1: none) and the number
+    of forwards run. The models are the "model" block's weights_<arch>.txt."""
+    written = {}
+    for case, arch, n, lp, early, max_new, with_eos, returned, stops_early in BEAM_CASES:
+        c, weights, ids, _ = model_weights_and_tokens(arch)
+        prompt, eos, runs = beam_fixture_search(arch, c, weights, ids, n, lp, early, max_new,
+                                                with_eos, returned, stops_early)
+        hyps, steps, margin = runs["f64"]
+        print(f"{case}: prompt {prompt}, eos {eos}, steps {steps} of {max_new}, "
+              f"margin {margin:.3g}, {[(h, round(s, 4)) for h, s in hyps[:returned]]}")
+        meta = {"arch": arch, "num_beams": n, "length_penalty": repr(lp),
+                "early_stopping": EARLY_STOPPING_NAMES[early], "max_new_tokens": max_new,
+                "eos_token_id": -1 if eos is None else eos, "num_return_sequences": returned,
+                "steps": steps}
+        for prefix, dtype in DTYPES.items():
+            hyps = runs[prefix][0][:returned]
+            width = max(len(h) for h, _ in hyps)
+            tokens = torch.full((returned, width), -1.0, dtype=dtype)
+            for i, (h, _) in enumerate(hyps):
+                tokens[i, : len(h)] = torch.tensor(h, dtype=dtype)
+            tensors = {"prompt": torch.tensor(prompt, dtype=dtype), "tokens": tokens,
+                       "lengths": torch.tensor([len(h) for h, _ in hyps], dtype=dtype),
+                       "scores": torch.tensor([s for _, s in hyps], dtype=dtype)}
+            name = f"{prefix}_{case}"
+            path = root / "beam_search" / f"{name}.txt"
+            written[path] = write_fixture(path, name, dtype, meta, tensors)
+    return written
+
+
+BLOCKS["beam_search"] = generate_beam_search
+
+
 # ---- hf: the same tiny models as Hugging Face checkpoints -----------------------------------------
 #
 # The "model" block's weights saved the way Hugging Face's save_pretrained saves them: safetensors

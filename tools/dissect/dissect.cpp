@@ -5,7 +5,7 @@
 //   dissect generate CHECKPOINT|FILE.gguf (--prompt TEXT | --tokens 464,2068,…) [--ids]
 //                    [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
 //                    [--repetition-penalty R] [--frequency-penalty F] [--presence-penalty P]
-//                    [--seed S]
+//                    [--seed S] [--num-beams N [--length-penalty X] [--num-return-sequences K]]
 //   dissect quantize IN OUT --format bf16|int8|q4
 //   dissect quantize IN.gguf OUT.gguf --format q8_0|q4_0|q6_k|q4_k_m|q5_k_m
 //   dissect convert IN.gguf OUT_DIR [--type f32|f16|bf16]
@@ -60,6 +60,7 @@
 #include "dissect/io/hf_writer.hpp"
 #include "dissect/io/model_file.hpp"
 #include "dissect/io/open_model.hpp"
+#include "dissect/models/beam_search.hpp"
 #include "dissect/models/generate.hpp"
 #include "dissect/text/gguf_tokenizer.hpp"
 #include "dissect/text/gguf_tokenizer_metadata.hpp"
@@ -454,6 +455,9 @@ struct GenerateOptions {
   dissect::SamplingOptions sampling{.temperature = 0.8};
   std::uint64_t seed = 0;
   bool print_ids = false;  ///< --ids: the prompt's and the new tokens' ids, not their text
+  index_t num_beams = 0;   ///< --num-beams: 0 samples; N >= 1 runs beam search instead
+  double length_penalty = 1.0;
+  index_t num_return_sequences = 1;
 };
 
 /// The ids of `text` in a byte vocabulary (train_gpt's checkpoints).
@@ -526,11 +530,56 @@ std::vector<dissect::WeightFormat> layer_formats(const dissect::QuantizedWeight&
   return formats;
 }
 
+/// --num-beams: the prompt once, then each of the n best continuations on a line of its own
+/// with its score, as text (after the prompt, so the tokenizer decodes it in context) or ids.
+template <class Model>
+int run_beam_search(const Model& model, const std::vector<index_t>& prompt,
+                    const std::optional<dissect::tools::ByteVocab>& vocab,
+                    const std::optional<dissect::text::Tokenizer>& tokenizer,
+                    const GenerateOptions& o) {
+  const auto result = dissect::beam_search(model, prompt,
+                                           {.num_beams = o.num_beams,
+                                            .length_penalty = o.length_penalty,
+                                            .max_new_tokens = o.max_new_tokens,
+                                            .num_return_sequences = o.num_return_sequences});
+  const bool as_text = !o.print_ids && (vocab || tokenizer);
+  const auto text_of = [&](const std::vector<index_t>& ids, bool first) {
+    std::string text;
+    if (as_text && vocab) {
+      for (const index_t id : ids) {
+        text += id < static_cast<index_t>(vocab->bytes.size())
+                    ? static_cast<char>(vocab->bytes[static_cast<std::size_t>(id)])
+                    : '?';
+      }
+    } else if (as_text) {
+      dissect::text::DecodeStream stream(*tokenizer);
+      for (const index_t id : prompt) (void)stream.push(static_cast<std::int32_t>(id));
+      for (const index_t id : ids) text += stream.push(static_cast<std::int32_t>(id));
+      text += stream.finish();
+    } else {
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        text += (first && i == 0 ? "" : ",") + std::to_string(ids[i]);
+      }
+    }
+    return text;
+  };
+  std::cout << (o.prompt && !o.print_ids ? *o.prompt : text_of(prompt, true)) << "\n";
+  for (std::size_t i = 0; i < result.sequences.size(); ++i) {
+    std::cout << "beam " << i + 1 << "  score " << result.sequences[i].score << "  "
+              << text_of(result.sequences[i].tokens, false) << "\n";
+  }
+  std::cout << "\n"
+            << result.steps << " forwards of " << o.num_beams << " beams"
+            << (result.stopped_at_context ? " (stopped: the context is full)" : "") << "\n";
+  return exit_ok;
+}
+
 template <class Model>
 int run_generation(const Model& model, const std::vector<index_t>& prompt,
                    const std::optional<dissect::tools::ByteVocab>& vocab,
                    const std::optional<dissect::text::Tokenizer>& tokenizer,
                    const GenerateOptions& o) {
+  if (o.num_beams > 0) return run_beam_search(model, prompt, vocab, tokenizer, o);
   // With a tokenizer, new ids print as text as soon as they complete a character; the prompt
   // goes through the stream first, so that decoders that look at context (LLaMA's first-space
   // Strip) treat the continuation as the middle of the text it is.
@@ -975,6 +1024,21 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   generate_command->add_flag("--ids", generate_options.print_ids,
                              "print the prompt's and the new tokens' ids, not their text");
+  std::string num_beams, length_penalty = "1", num_return_sequences = "1";
+  auto* beams_option = generate_command->add_option(
+      "--num-beams", num_beams,
+      "beam search with N beams (an integer >= 1) instead of sampling: prints the best "
+      "continuations with their scores");
+  generate_command
+      ->add_option("--length-penalty", length_penalty,
+                   "beam search: a score is the sum of log-probabilities / new tokens^X (X >= 0)")
+      ->needs(beams_option)
+      ->capture_default_str();
+  generate_command
+      ->add_option("--num-return-sequences", num_return_sequences,
+                   "beam search: how many of the best to print (1 to --num-beams)")
+      ->needs(beams_option)
+      ->capture_default_str();
 
   dissect::tools::TokenizeOptions tokenize_options;
   auto* tokenize_command = app.add_subcommand(
@@ -1120,6 +1184,17 @@ int run(int argc, char** argv) {
   g.sampling.frequency_penalty = tools::parse_real(frequency_penalty, "--frequency-penalty");
   g.sampling.presence_penalty = tools::parse_real(presence_penalty, "--presence-penalty");
   g.seed = tools::parse_uint64(seed, "--seed");
+  if (!num_beams.empty()) {
+    g.num_beams = tools::parse_integer(num_beams, "--num-beams", 1);
+    g.length_penalty = tools::parse_non_negative_real(length_penalty, "--length-penalty");
+    g.num_return_sequences =
+        tools::parse_integer(num_return_sequences, "--num-return-sequences", 1);
+    if (g.num_return_sequences > g.num_beams) {
+      throw dissect::ConfigError(dissect::concat("--num-return-sequences: ", g.num_return_sequences,
+                                                 " is more than the ", g.num_beams,
+                                                 " of --num-beams"));
+    }
+  }
   return generate(g);
 }
 
