@@ -7,7 +7,9 @@
 // batch element, which memory positions are padding (PyTorch's key_padding_mask, true = ignore).
 // A padded key gets probability exactly 0. A query whose memory is all padding has nothing to
 // attend to: dissect defines its output as 0 and its gradients as 0 (PyTorch's softmax over
-// −inf gives NaN there; FlashAttention's kernels give 0, as here).
+// −inf gives NaN there; FlashAttention's kernels give 0, as here). Padded keys and values still
+// meet their weight 0 in P·v and in backward's dS·k, so NaN or ±Inf stored in the padding gives
+// NaN (0·NaN), as in PyTorch; finite values there change nothing.
 //
 // Memory: cross_attention(q, k, v, mask) for inference works on one [query_block, S] score tile
 // per thread, never [T, S]; the training overload keeps P [B, H, T, S] for backward, as
@@ -55,7 +57,9 @@ class KeyPaddingMask {
   bool has_value() const { return present_; }
   index_t batch() const { return batch_; }
   index_t keys() const { return keys_; }
-  bool padded(index_t b, index_t j) const { return padding_[static_cast<std::size_t>(b * keys_ + j)]; }
+  bool padded(index_t b, index_t j) const {
+    return padding_[static_cast<std::size_t>(b * keys_ + j)];
+  }
 
  private:
   bool present_ = false;
@@ -106,22 +110,21 @@ namespace detail {
 template <class Scalar>
 void check_cross_attention_inputs(std::string_view op, const ConstTensorView<Scalar, 4>& q,
                                   const ConstTensorView<Scalar, 4>& k,
-                                  const ConstTensorView<Scalar, 4>& v,
-                                  const KeyPaddingMask& mask) {
+                                  const ConstTensorView<Scalar, 4>& v, const KeyPaddingMask& mask) {
   const auto shapes = concat(" (q ", format_shape(q.shape()), ", k ", format_shape(k.shape()),
                              ", v ", format_shape(v.shape()), ")");
   if (k.dim(0) != q.dim(0) || k.dim(3) != q.dim(3)) {
-    throw ShapeError(concat(op, ": k must be [B=", q.dim(0), ", H_kv, S, d_k=", q.dim(3), "]",
-                            shapes));
+    throw ShapeError(
+        concat(op, ": k must be [B=", q.dim(0), ", H_kv, S, d_k=", q.dim(3), "]", shapes));
   }
   if (v.shape() != k.shape()) throw ShapeError(concat(op, ": v must have k's shape", shapes));
   if (k.dim(1) <= 0 || q.dim(1) % k.dim(1) != 0) {
-    throw ShapeError(concat(op, ": k's heads (axis 1) = ", k.dim(1), " must divide q's heads H = ",
-                            q.dim(1), shapes));
+    throw ShapeError(concat(op, ": k's heads (axis 1) = ", k.dim(1),
+                            " must divide q's heads H = ", q.dim(1), shapes));
   }
   if (k.dim(2) == 0) {
-    throw ShapeError(concat(op, ": the memory holds S = 0 positions: there is nothing to attend to",
-                            shapes));
+    throw ShapeError(
+        concat(op, ": the memory holds S = 0 positions: there is nothing to attend to", shapes));
   }
   if (mask.has_value() && (mask.batch() != q.dim(0) || mask.keys() != k.dim(2))) {
     throw ShapeError(concat(op, ": the key padding mask must be [B=", q.dim(0), ", S=", k.dim(2),
@@ -148,8 +151,18 @@ void masked_softmax_rows(Tile& tile, const KeyPaddingMask& mask, index_t b) {
       row.setZero();
       continue;
     }
-    row = (row.array() - top).exp().matrix();  // exp(−inf) = 0 at the padded keys
-    row /= row.sum();
+    row = (row.array() - top).exp().matrix();
+  }
+  // Eigen's vectorised float exp returns a denormal (~1e-39), not 0, for −inf: the padded keys
+  // are set to exactly 0 before the rows are normalised, so they hold no weight at all.
+  if (mask.has_value()) {
+    for (index_t j = 0; j < keys; ++j) {
+      if (mask.padded(b, j)) tile.col(j).setZero();
+    }
+  }
+  for (index_t r = 0; r < tile.rows(); ++r) {
+    const Scalar sum = tile.row(r).sum();
+    if (sum > 0) tile.row(r) /= sum;  // 0 only for an all-padded row, left 0
   }
 }
 

@@ -136,15 +136,15 @@ void check_linear_attention(std::string_view op, const ConstTensorView<Scalar, 4
   const auto shapes = concat(" (q ", format_shape(q.shape()), ", k ", format_shape(k.shape()),
                              ", v ", format_shape(v.shape()), ")");
   if (k.dim(0) != q.dim(0) || k.dim(3) != q.dim(3)) {
-    throw ShapeError(concat(op, ": k must be [B=", q.dim(0), ", H_kv, S, d_k=", q.dim(3), "]",
-                            shapes));
+    throw ShapeError(
+        concat(op, ": k must be [B=", q.dim(0), ", H_kv, S, d_k=", q.dim(3), "]", shapes));
   }
   if (v.dim(0) != k.dim(0) || v.dim(1) != k.dim(1) || v.dim(2) != k.dim(2)) {
     throw ShapeError(concat(op, ": v must be [B, H_kv, S, d_v] with k's B, H_kv and S", shapes));
   }
   if (k.dim(1) <= 0 || q.dim(1) % k.dim(1) != 0) {
-    throw ShapeError(concat(op, ": k's heads (axis 1) = ", k.dim(1), " must divide q's heads H = ",
-                            q.dim(1), shapes));
+    throw ShapeError(concat(op, ": k's heads (axis 1) = ", k.dim(1),
+                            " must divide q's heads H = ", q.dim(1), shapes));
   }
   if (causal && k.dim(2) != q.dim(2)) {
     throw ShapeError(concat(op, ": causal attention needs as many keys as queries, S = ", k.dim(2),
@@ -178,9 +178,9 @@ Tensor<scalar_of<Q>, 4> linear_attention(const Q& q, const K& k, const V& v,
   constexpr std::string_view op = "linear_attention";
   const auto qv = const_view(q), kv = const_view(k), vv = const_view(v);
   detail::check_linear_attention(op, qv, kv, vv, options.causal);
-  const detail::LinearAttentionHeads<Scalar> x{heads_of(qv), heads_of(kv), heads_of(vv),
-                                               qv.dim(1) / kv.dim(1),
-                                               detail::linear_attention_eps<Scalar>(op, options.eps)};
+  const detail::LinearAttentionHeads<Scalar> x{
+      heads_of(qv), heads_of(kv), heads_of(vv), qv.dim(1) / kv.dim(1),
+      detail::linear_attention_eps<Scalar>(op, options.eps)};
   const index_t batch = qv.dim(0), kv_heads = kv.dim(1), d_k = qv.dim(3), d_v = vv.dim(3);
   auto out = Tensor<Scalar, 4>::uninitialized({batch, qv.dim(1), qv.dim(2), d_v});
   if (out.empty()) return out;
@@ -245,9 +245,9 @@ QKV<scalar_of<Q>> linear_attention_backward(const Q& q, const K& k, const V& v, 
                             ", got ", format_shape(dov.shape()), " (q ", format_shape(qv.shape()),
                             ", v ", format_shape(vv.shape()), ")"));
   }
-  const detail::LinearAttentionHeads<Scalar> x{heads_of(qv), heads_of(kv), heads_of(vv),
-                                               qv.dim(1) / kv.dim(1),
-                                               detail::linear_attention_eps<Scalar>(op, options.eps)};
+  const detail::LinearAttentionHeads<Scalar> x{
+      heads_of(qv), heads_of(kv), heads_of(vv), qv.dim(1) / kv.dim(1),
+      detail::linear_attention_eps<Scalar>(op, options.eps)};
   const index_t batch = qv.dim(0), kv_heads = kv.dim(1), tokens = qv.dim(2);
   const index_t d_k = qv.dim(3), d_v = vv.dim(3), group = x.group;
   QKV<Scalar> grads{Tensor<Scalar, 4>(qv.shape()), Tensor<Scalar, 4>(kv.shape()),
@@ -309,9 +309,9 @@ QKV<scalar_of<Q>> linear_attention_backward(const Q& q, const K& k, const V& v, 
         w.phi_k = kh.row(j).transpose().unaryExpr(&elu_plus_one<Scalar>);
         d_phi_k.noalias() = r_mat * vh.row(j).transpose();
         d_phi_k += r_vec;
-        dk.row(j) = d_phi_k.cwiseProduct(
-                               kh.row(j).transpose().unaryExpr(&elu_plus_one_gradient<Scalar>))
-                        .transpose();
+        dk.row(j) =
+            d_phi_k.cwiseProduct(kh.row(j).transpose().unaryExpr(&elu_plus_one_gradient<Scalar>))
+                .transpose();
         dv.row(j).noalias() = w.phi_k.transpose() * r_mat;
       };
       if (!options.causal) {
@@ -368,12 +368,12 @@ Tensor<scalar_of<Q>, 4> linear_attention_step(const Q& q, const K& k, const V& v
   const Shape<3> z_shape{batch, kv_heads, d_k};
   const bool fresh = state.positions == 0 && state.s.empty() && state.z.empty();
   if (!fresh && (state.s.shape() != s_shape || state.z.shape() != z_shape)) {
-    throw ShapeError(concat(op, ": the state holds s ", format_shape(state.s.shape()), ", z ",
-                            format_shape(state.z.shape()), " after ", state.positions,
-                            " positions; these inputs need s [B, H_kv, d_k, d_v] = ",
-                            format_shape(s_shape), ", z ", format_shape(z_shape), " (q ",
-                            format_shape(qv.shape()), ", k ", format_shape(kv.shape()), ", v ",
-                            format_shape(vv.shape()), ")"));
+    throw ShapeError(
+        concat(op, ": the state holds s ", format_shape(state.s.shape()), ", z ",
+               format_shape(state.z.shape()), " after ", state.positions,
+               " positions; these inputs need s [B, H_kv, d_k, d_v] = ", format_shape(s_shape),
+               ", z ", format_shape(z_shape), " (q ", format_shape(qv.shape()), ", k ",
+               format_shape(kv.shape()), ", v ", format_shape(vv.shape()), ")"));
   }
   if (fresh) {
     state.s = Tensor<Scalar, 4>(s_shape);  // zeros: nothing seen yet

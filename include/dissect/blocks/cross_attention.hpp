@@ -50,9 +50,9 @@ class CrossAttention : public ComposedModule<CrossAttention<Scalar>> {
 
   /// What backward needs from forward(x, memory, cache, mask).
   struct Cache {
-    Tensor<Scalar, 4> q;                     ///< [B, H, T, d_k]
-    Tensor<Scalar, 4> k, v;                  ///< [B, H_kv, S, d_k]
-    Tensor<Scalar, 3> merged;                ///< the attention's output, heads merged: [B, T, D]
+    Tensor<Scalar, 4> q;                    ///< [B, H, T, d_k]
+    Tensor<Scalar, 4> k, v;                 ///< [B, H_kv, S, d_k]
+    Tensor<Scalar, 3> merged;               ///< the attention's output, heads merged: [B, T, D]
     CrossAttentionCache<Scalar> attention;  ///< P [B, H, T, S] and the scale
   };
   struct Gradients {
@@ -132,8 +132,8 @@ CrossAttention<Scalar>::CrossAttention(index_t d_model, index_t n_heads,
     : d_model_(d_model),
       heads_(check_heads("CrossAttention", d_model, n_heads, options.n_kv_heads)),
       d_memory_(require_positive("CrossAttention", "d_memory", options.d_memory.value_or(d_model))),
-      scale_(options.scale ? std::optional<double>(require_positive_finite(
-                                 "CrossAttention", "scale", *options.scale))
+      scale_(options.scale ? std::optional<double>(
+                                 require_positive_finite("CrossAttention", "scale", *options.scale))
                            : std::nullopt),
       q_proj_(d_model, heads_.n_heads * heads_.head_dim,
               detail::member_options(options.bias, options.init, options.seed, 0)),
@@ -155,8 +155,9 @@ void CrossAttention<Scalar>::check_inputs(const char* op, ConstTensorView<Scalar
                             ")"));
   }
   if (memory.dim(1) == 0) {
-    throw ShapeError(concat(op, ": the memory holds S = 0 positions: there is nothing to attend "
-                                "to (x ",
+    throw ShapeError(concat(op,
+                            ": the memory holds S = 0 positions: there is nothing to attend "
+                            "to (x ",
                             format_shape(x.shape()), ", memory ", format_shape(memory.shape()),
                             ")"));
   }
@@ -174,8 +175,8 @@ Tensor<Scalar, 4> CrossAttention<Scalar>::heads(const Linear<Scalar>& layer,
 
 template <class Scalar>
 Tensor<Scalar, 3> CrossAttention<Scalar>::merged(ConstTensorView<Scalar, 4> heads) const {
-  auto rows = Tensor<Scalar, 3>::uninitialized(
-      {heads.dim(0), heads.dim(2), heads.dim(1) * heads.dim(3)});
+  auto rows =
+      Tensor<Scalar, 3>::uninitialized({heads.dim(0), heads.dim(2), heads.dim(1) * heads.dim(3)});
   detail::merge_heads<Scalar>(heads, rows, 0);  // every column written
   return rows;
 }
@@ -202,10 +203,10 @@ Tensor<Scalar, 3> CrossAttention<Scalar>::forward(ConstTensorView<Scalar, 3> x,
   check_inputs(op, x, memory);
   if (mask.has_value() && (mask.batch() != x.dim(0) || mask.keys() != memory.dim(1))) {
     // Refused here too, before the cache is written.
-    throw ShapeError(concat(op, ": the key padding mask must be [B=", x.dim(0), ", S=",
-                            memory.dim(1), "], got [", mask.batch(), ", ", mask.keys(), "] (x ",
-                            format_shape(x.shape()), ", memory ", format_shape(memory.shape()),
-                            ")"));
+    throw ShapeError(concat(op, ": the key padding mask must be [B=", x.dim(0),
+                            ", S=", memory.dim(1), "], got [", mask.batch(), ", ", mask.keys(),
+                            "] (x ", format_shape(x.shape()), ", memory ",
+                            format_shape(memory.shape()), ")"));
   }
   cache.q = heads(q_proj_, x, heads_.n_heads);
   cache.k = heads(k_proj_, memory, heads_.n_kv_heads);
@@ -226,8 +227,8 @@ typename CrossAttention<Scalar>::Gradients CrossAttention<Scalar>::backward(
   check_block_shape(op, "dy", dy, detail::token_shape_text("D", d_model_), x.shape(), "x", x_text);
   // Every cached tensor checked before any gradient is touched (strong guarantee).
   const auto q_pattern = concat("[B, H=", h, ", T, d_k=", d_k, "]");
-  check_block_shape(op, "cache.q", cache.q, q_pattern, Shape<4>{batch, h, tokens, d_k}, "x",
-                    x_text, block_cache_hint);
+  check_block_shape(op, "cache.q", cache.q, q_pattern, Shape<4>{batch, h, tokens, d_k}, "x", x_text,
+                    block_cache_hint);
   const auto mem_text = format_shape(memory.shape());
   const auto kv_pattern = concat("[B, H_kv=", h_kv, ", S, d_k=", d_k, "]");
   const Shape<4> kv_shape{batch, h_kv, keys, d_k};
