@@ -2,7 +2,8 @@
 // attention (O(T²·d)), one head of d_k = d_v = 64, forward + backward as training runs them, at
 // T from 256 to 8192: where the two curves cross, and that linear attention's time per token
 // stays flat. Cross-attention (a decoder's T = 128 queries over an encoder's S) rides along.
-// Each kind is checked once against a naive evaluation of one output row before timing.
+// Each kind's last output row is checked once against a naive evaluation in double before
+// timing.
 //
 //   bench_attention_kinds --benchmark_filter='linear|softmax'
 #include "bench_support.hpp"
@@ -37,6 +38,30 @@ void verify_linear(const Tensor<float, 4>& q, const Tensor<float, 4>& k, const T
   }
 }
 
+/// Row T − 1 of softmax attention over the first `visible` keys, in double.
+void verify_softmax(const char* what, const Tensor<float, 4>& q, const Tensor<float, 4>& k,
+                    const Tensor<float, 4>& v, const Tensor<float, 4>& o, index_t visible) {
+  const index_t t = q.dim(2) - 1;
+  std::vector<double> score(static_cast<std::size_t>(visible));
+  double top = -INFINITY, sum = 0;
+  for (index_t j = 0; j < visible; ++j) {
+    double s = 0;
+    for (index_t i = 0; i < head_dim; ++i) s += double(q(0, 0, t, i)) * k(0, 0, j, i);
+    score[j] = s / std::sqrt(double(head_dim));
+    top = std::max(top, score[j]);
+  }
+  for (double& s : score) sum += (s = std::exp(s - top));
+  for (index_t i = 0; i < head_dim; ++i) {
+    double exact = 0;
+    for (index_t j = 0; j < visible; ++j) exact += score[j] / sum * v(0, 0, j, i);
+    if (!(std::abs(o(0, 0, t, i) - exact) <= 1e-4)) {
+      std::fprintf(stderr, "%s: wrong result at %td: %g vs %g\n", what, i, double(o(0, 0, t, i)),
+                   exact);
+      std::exit(1);
+    }
+  }
+}
+
 void linear_fwd_bwd(benchmark::State& state, index_t tokens) {
   use_threads(1);
   const auto q = random_tensor<4>({1, 1, tokens, head_dim}, 1);
@@ -63,6 +88,7 @@ void softmax_fwd_bwd(benchmark::State& state, index_t tokens) {
   const auto v = random_tensor<4>({1, 1, tokens, head_dim}, 3);
   const auto dout = random_tensor<4>({1, 1, tokens, head_dim}, 4);
   AttentionCache<float> cache;
+  verify_softmax("causal_attention", q, k, v, causal_attention(q, k, v, cache), tokens);
   for (auto _ : state) {
     const auto o = causal_attention(q, k, v, cache);
     const auto grads = causal_attention_backward(q, k, v, cache, dout);
@@ -85,6 +111,7 @@ void cross_fwd_bwd(benchmark::State& state, index_t keys) {
   std::vector<index_t> lengths{keys - keys / 4};  // the last quarter padding
   const auto mask = KeyPaddingMask::from_lengths(lengths, keys);
   CrossAttentionCache<float> cache;
+  verify_softmax("cross_attention", q, k, v, cross_attention(q, k, v, cache, mask), lengths[0]);
   for (auto _ : state) {
     const auto o = cross_attention(q, k, v, cache, mask);
     const auto grads = cross_attention_backward(q, k, v, cache, dout);
