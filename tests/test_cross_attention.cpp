@@ -135,7 +135,9 @@ TYPED_TEST(CrossAttentionTyped, BothForwardsMatchThePlainLoopReferenceWithAndWit
             for (index_t j = 0; j < c.keys; ++j) {
               const bool padded = mask.has_value() && mask.padded(b, j);
               any = any || !padded;
-              if (padded) EXPECT_EQ(cache.probs(b, 0, t, j), TypeParam(0));
+              if (padded) {
+                EXPECT_EQ(cache.probs(b, 0, t, j), TypeParam(0));
+              }
               sum += cache.probs(b, 0, t, j);
             }
             EXPECT_NEAR(sum, any ? 1.0 : 0.0, testing::gamma<TypeParam>(c.keys + 4));
