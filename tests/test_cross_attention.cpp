@@ -366,6 +366,34 @@ TEST(CrossAttentionBlock, BackwardMatchesFiniteDifferencesForInputsAndParameters
                      1e-15);
 }
 
+TEST(CrossAttentionBlock, AProjectedMemoryServesDecodingStepByStep) {
+  // A decoder projects its encoder's memory once; each step's token then gives what the whole
+  // sequence's forward gives at that position (cross-attention has no causal mask).
+  CrossAttention<double> block(8, 4, {.d_memory = 5, .n_kv_heads = 2, .seed = 21});
+  std::mt19937_64 engine(22);
+  const auto x = random_tensor<double, 3>({2, 4, 8}, engine);
+  const auto memory = random_tensor<double, 3>({2, 6, 5}, engine);
+  const auto mask = KeyPaddingMask::from_lengths(std::vector<index_t>{6, 3}, 6);
+  const auto full = block.forward(x, memory, mask);
+  const auto kv = block.project_memory(memory);
+  EXPECT_TENSOR_NEAR(block.forward(x, kv, mask), full, 1e-14, 1e-14);
+  for (index_t t = 0; t < 4; ++t) {
+    Tensor<double, 3> token({2, 1, 8});
+    for (index_t b = 0; b < 2; ++b) {
+      for (index_t i = 0; i < 8; ++i) token(b, 0, i) = x(b, t, i);
+    }
+    const auto y = block.forward(token, kv, mask);
+    for (index_t b = 0; b < 2; ++b) {
+      for (index_t i = 0; i < 8; ++i) EXPECT_NEAR(y(b, 0, i), full(b, t, i), 1e-14);
+    }
+  }
+  EXPECT_THROW_WITH(block.forward(random_tensor<double, 3>({3, 1, 8}, engine), kv), ShapeError,
+                    "CrossAttention::forward: the projected memory's k and v must be [B=3, "
+                    "H_kv=2, S, d_k=2] (x [3, 1, 8], k [2, 2, 6, 2], v [2, 2, 6, 2])");
+  EXPECT_THROW_WITH((void)block.project_memory(Tensor<double, 3>({2, 0, 5})), ShapeError,
+                    "CrossAttention::project_memory: the memory holds S = 0 positions");
+}
+
 // ---- PyTorch fixtures ---------------------------------------------------------------------------
 
 template <class Scalar>

@@ -55,6 +55,11 @@ class CrossAttention : public ComposedModule<CrossAttention<Scalar>> {
     Tensor<Scalar, 3> merged;               ///< the attention's output, heads merged: [B, T, D]
     CrossAttentionCache<Scalar> attention;  ///< P [B, H, T, S] and the scale
   };
+  /// The memory's keys and values, projected once: what a decoder generating token by token
+  /// reuses at every step, as its encoder's output does not change.
+  struct MemoryKV {
+    Tensor<Scalar, 4> k, v;  ///< [B, H_kv, S, d_k]
+  };
   struct Gradients {
     Tensor<Scalar, 3> dx;       ///< [B, T, D]
     Tensor<Scalar, 3> dmemory;  ///< [B, S, D_mem]
@@ -86,6 +91,15 @@ class CrossAttention : public ComposedModule<CrossAttention<Scalar>> {
   /// @throws ShapeError naming the op and the shapes if x or memory does not fit, their B
   ///         differ, S = 0 or the mask is not [B, S].
   Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 3> x, ConstTensorView<Scalar, 3> memory,
+                            const KeyPaddingMask& mask = {}) const;
+  /// memory: [B, S, D_mem] → its keys and values per head. @throws ShapeError if memory is not
+  ///         [B, S ≥ 1, D_mem].
+  MemoryKV project_memory(ConstTensorView<Scalar, 3> memory) const;
+  /// forward(x, memory, mask) with the memory projected beforehand: equal to it for any x, so a
+  /// decoding step projects only its new queries. @throws ShapeError naming the op and shapes if
+  ///         x is not [B, T, D], or k and v are not [B, H_kv, S ≥ 1, d_k] alike, or the mask not
+  ///         [B, S].
+  Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 3> x, const MemoryKV& memory_kv,
                             const KeyPaddingMask& mask = {}) const;
   /// As forward, keeping what backward needs in `cache` (its buffers reused if shaped right).
   Tensor<Scalar, 3> forward(ConstTensorView<Scalar, 3> x, ConstTensorView<Scalar, 3> memory,
@@ -193,6 +207,38 @@ Tensor<Scalar, 3> CrossAttention<Scalar>::forward(ConstTensorView<Scalar, 3> x,
   const auto k = heads(k_proj_, memory, heads_.n_kv_heads);
   const auto v = heads(v_proj_, memory, heads_.n_kv_heads);
   return out_proj_.forward(merged(cross_attention(q, k, v, mask, scale_)));
+}
+
+template <class Scalar>
+typename CrossAttention<Scalar>::MemoryKV CrossAttention<Scalar>::project_memory(
+    ConstTensorView<Scalar, 3> memory) const {
+  constexpr const char* op = "CrossAttention::project_memory";
+  check_block_tokens(op, "memory", memory, "D_mem", d_memory_);
+  if (memory.dim(1) == 0) {
+    throw ShapeError(concat(op,
+                            ": the memory holds S = 0 positions: there is nothing to attend "
+                            "to (memory ",
+                            format_shape(memory.shape()), ")"));
+  }
+  return {heads(k_proj_, memory, heads_.n_kv_heads), heads(v_proj_, memory, heads_.n_kv_heads)};
+}
+
+template <class Scalar>
+Tensor<Scalar, 3> CrossAttention<Scalar>::forward(ConstTensorView<Scalar, 3> x,
+                                                  const MemoryKV& memory_kv,
+                                                  const KeyPaddingMask& mask) const {
+  constexpr const char* op = "CrossAttention::forward";
+  check_block_tokens(op, "x", x, "D", d_model_);
+  const auto& k = memory_kv.k;
+  const Shape<4> expected{x.dim(0), heads_.n_kv_heads, k.dim(2), heads_.head_dim};
+  if (k.shape() != expected || memory_kv.v.shape() != expected) {
+    throw ShapeError(concat(op, ": the projected memory's k and v must be [B=", x.dim(0),
+                            ", H_kv=", heads_.n_kv_heads, ", S, d_k=", heads_.head_dim, "] (x ",
+                            format_shape(x.shape()), ", k ", format_shape(k.shape()), ", v ",
+                            format_shape(memory_kv.v.shape()), ")"));
+  }
+  const auto q = heads(q_proj_, x, heads_.n_heads);
+  return out_proj_.forward(merged(cross_attention(q, k, memory_kv.v, mask, scale_)));
 }
 
 template <class Scalar>
