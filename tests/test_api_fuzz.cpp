@@ -33,12 +33,15 @@
 
 #include "dissect/activation.hpp"
 #include "dissect/blocks.hpp"
+#include "dissect/blocks/cross_attention.hpp"
 #include "dissect/blocks/mixture_of_experts.hpp"
+#include "dissect/cross_attention.hpp"
 #include "dissect/dropout.hpp"
 #include "dissect/io/lora_file.hpp"
 #include "dissect/io/model_file.hpp"
 #include "dissect/io/state_dict.hpp"
 #include "dissect/linear.hpp"
+#include "dissect/linear_attention.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/models/generate.hpp"
 #include "dissect/norm.hpp"
@@ -1497,6 +1500,200 @@ TEST(ApiFuzz, DropoutReplaysItsMasksAndRefusesWithoutChangingTheCache) {
     ASSERT_TRUE(fuzz.step()) << "at step " << i;
   }
   fuzz.expect_kept_fraction();
+}
+
+// ---- cross-attention and linear attention ----------------------------------------------------
+
+/// Random calls of cross_attention (functional and the block) and linear_attention (causal and
+/// not, and its decode steps), a quarter of them with one extent, the mask, the scale or eps made
+/// wrong. A valid call's outputs and gradients are finite and shaped as documented, the two
+/// forwards of cross-attention agree, padded keys get no gradient, and decode steps equal the
+/// causal forward; an invalid one throws ShapeError or ConfigError and leaves the cache, the state
+/// and the block's gradients as they were.
+class AttentionKindsFuzz {
+ public:
+  explicit AttentionKindsFuzz(std::uint64_t seed) : engine_(seed) {}
+
+  bool step() {
+    switch (pick(0, 3)) {
+      case 0:
+        return cross();
+      case 1:
+        return block();
+      default:
+        return linear();
+    }
+  }
+  int refused() const { return refused_; }
+
+ private:
+  index_t pick(index_t low, index_t high) {
+    return std::uniform_int_distribution<index_t>(low, high)(engine_);
+  }
+  Tensor<double, 4> tensor(const Shape<4>& shape) {
+    Tensor<double, 4> t(shape);
+    for (double& v : t) v = static_cast<double>(pick(-8, 8)) / 4;
+    return t;
+  }
+  /// The largest |a − b| / (1 + |b|); infinite if the shapes differ.
+  static double gap(const Tensor<double, 4>& a, const Tensor<double, 4>& b) {
+    if (a.shape() != b.shape()) return INFINITY;
+    double worst = 0;
+    for (index_t i = 0; i < a.size(); ++i) {
+      worst = std::max(worst, std::abs(a.data()[i] - b.data()[i]) / (1 + std::abs(b.data()[i])));
+    }
+    return worst;
+  }
+  static bool finite(const Tensor<double, 4>& t) {
+    for (const double v : t) {
+      if (!std::isfinite(v)) return false;
+    }
+    return true;
+  }
+  /// Runs `call`; true if it threw one of the library's shape or config errors.
+  template <class Call>
+  bool refuses(Call&& call) {
+    try {
+      call();
+    } catch (const ShapeError&) {
+      return ++refused_, true;
+    } catch (const ConfigError&) {
+      return ++refused_, true;
+    }
+    return false;
+  }
+
+  bool cross() {
+    const index_t b = pick(1, 3), kv = pick(1, 2), h = kv * pick(1, 2), t = pick(0, 4),
+                  s = pick(1, 5), d = pick(1, 4);
+    std::vector<index_t> lengths;
+    for (index_t i = 0; i < b; ++i) lengths.push_back(pick(0, s));
+    auto q = tensor({b, h, t, d}), k = tensor({b, kv, s, d}), v = tensor({b, kv, s, d});
+    auto mask = KeyPaddingMask::from_lengths(lengths, s);
+    std::optional<double> scale;
+    const bool wrong = pick(0, 3) == 0;
+    if (wrong) {
+      switch (pick(0, 4)) {
+        case 0:
+          k = tensor({b, kv, s, d + 1}), v = k;
+          break;
+        case 1:
+          k = tensor({b, h + 1, s, d}), v = k;
+          break;
+        case 2:
+          k = tensor({b, kv, 0, d}), v = k;
+          break;
+        case 3:
+          mask = KeyPaddingMask::from_lengths(std::vector<index_t>(b + 1, 0), s);
+          break;
+        default:
+          scale = -1.0;
+      }
+    }
+    CrossAttentionCache<double> cache;
+    (void)cross_attention(q, tensor({b, kv, s, d}), tensor({b, kv, s, d}), cache);
+    const auto before = testing::snapshot(cache.probs);
+    if (wrong) {
+      if (!refuses([&] { (void)cross_attention(q, k, v, cache, mask, scale); })) return false;
+      return refuses([&] { (void)cross_attention(q, k, v, mask, scale); }) &&
+             gap(cache.probs, before) == 0 && !cache.scale;
+    }
+    const auto o = cross_attention(q, k, v, cache, mask, scale);
+    const auto grads = cross_attention_backward(q, k, v, cache, tensor(q.shape()));
+    EXPECT_LE(gap(cross_attention(q, k, v, mask, scale), o), 1e-12);
+    for (index_t i = 0; i < b; ++i) {  // padded keys: no gradient
+      for (index_t j = lengths[static_cast<std::size_t>(i)]; j < s; ++j) {
+        for (index_t g = 0; g < kv; ++g) {
+          for (index_t e = 0; e < d; ++e) {
+            if (grads.k(i, g, j, e) != 0 || grads.v(i, g, j, e) != 0) return false;
+          }
+        }
+      }
+    }
+    return finite(o) && finite(grads.q) && finite(grads.k) && finite(grads.v) &&
+           grads.q.shape() == q.shape() && grads.k.shape() == k.shape();
+  }
+
+  bool block() {
+    const index_t kv = pick(1, 2), h = kv * pick(1, 2), d_model = h * pick(1, 3),
+                  d_memory = pick(1, 5), b = pick(1, 2), t = pick(1, 3), s = pick(1, 4);
+    CrossAttention<double> layer(d_model, h, {.d_memory = d_memory, .n_kv_heads = kv, .seed = 1});
+    Tensor<double, 3> x({b, t, d_model}), memory({b, s, d_memory}), dy({b, t, d_model});
+    for (auto* target : {&x, &memory, &dy}) {
+      for (double& v : *target) v = static_cast<double>(pick(-4, 4)) / 4;
+    }
+    CrossAttention<double>::Cache cache;
+    (void)layer.forward(x, memory, cache);
+    if (pick(0, 3) == 0) {
+      const Tensor<double, 3> bad({b, s + 1, d_memory});
+      const bool refused =
+          refuses([&] { (void)layer.backward(x, bad, cache, dy); }) && refuses([&] {
+            (void)layer.forward(x, Tensor<double, 3>({b, s, d_memory + 1}));
+          });
+      bool untouched = true;
+      layer.for_each_parameter([&](const ParameterName&, auto, auto grad) {
+        for (index_t i = 0; i < grad.size(); ++i) untouched = untouched && grad.data()[i] == 0;
+      });
+      return refused && untouched;
+    }
+    const auto grads = layer.backward(x, memory, cache, dy);
+    bool ok = grads.dx.shape() == x.shape() && grads.dmemory.shape() == memory.shape();
+    for (const double g : grads.dmemory) ok = ok && std::isfinite(g);
+    return ok;
+  }
+
+  bool linear() {
+    const bool causal = pick(0, 1) == 0;
+    const index_t b = pick(1, 2), kv = pick(1, 2), h = kv * pick(1, 2), t = pick(0, 5),
+                  s = causal ? t : pick(1, 5), d_k = pick(1, 4), d_v = pick(1, 4);
+    auto q = tensor({b, h, t, d_k}), k = tensor({b, kv, s, d_k}), v = tensor({b, kv, s, d_v});
+    LinearAttentionOptions options{.causal = causal, .eps = pick(0, 1) * 1e-6};
+    if (pick(0, 3) == 0) {
+      switch (pick(0, 3)) {
+        case 0:
+          k = tensor({b, kv, s + 1, d_k});
+          break;
+        case 1:
+          v = tensor({b + 1, kv, s, d_v});
+          break;
+        case 2:
+          k = tensor({b, h + 1, s, d_k}), v = tensor({b, h + 1, s, d_v});
+          break;
+        default:
+          options.eps = -1;
+      }
+      if (!causal && k.dim(2) != v.dim(2)) v = tensor({b, kv, k.dim(2), d_v});
+      if (!causal && k.dim(2) == s + 1 && options.eps >= 0) return true;  // valid when not causal
+      LinearAttentionState<double> state;
+      return refuses([&] { (void)linear_attention(q, k, v, options); }) && refuses([&] {
+               (void)linear_attention_backward(q, k, v, tensor({b, h, t, d_v}), options);
+             }) &&
+             (!causal ||
+              (refuses([&] { (void)linear_attention_step(q, k, v, state, options.eps); }) &&
+               state.positions == 0 && state.s.empty()));
+    }
+    const auto o = linear_attention(q, k, v, options);
+    const auto grads = linear_attention_backward(q, k, v, tensor(o.shape()), options);
+    if (causal && t > 0) {
+      LinearAttentionState<double> state;
+      const auto stepped = linear_attention_step(q, k, v, state, options.eps);
+      EXPECT_LE(gap(stepped, o), 1e-12);
+    }
+    return finite(o) && finite(grads.q) && finite(grads.k) && finite(grads.v) &&
+           grads.v.shape() == v.shape();
+  }
+
+  std::mt19937_64 engine_;
+  int refused_ = 0;
+};
+
+TEST(ApiFuzz, CrossAndLinearAttentionAreConsistentOrRefuseCleanly) {
+  AttentionKindsFuzz fuzz(20261205);
+  const int steps = testing::sweep_trials(3'000);
+  for (int i = 0; i < steps; ++i) {
+    ASSERT_TRUE(fuzz.step()) << "at step " << i;
+  }
+  EXPECT_GT(fuzz.refused(), steps / 10);
 }
 
 // ---- a whole small model ----------------------------------------------------------------------

@@ -2316,6 +2316,151 @@ def generate_sampling(root: Path):
 
 BLOCKS["sampling"] = generate_sampling
 
+
+# ---- cross_attention: softmax attention over a padded memory, and the block around it ----------
+
+
+def padding_from_lengths(lengths, S, dtype):
+    """[B, S]: 1 where position j >= lengths[b] (padding), 0 elsewhere."""
+    return torch.tensor([[1.0 if j >= n else 0.0 for j in range(S)] for n in lengths], dtype=dtype)
+
+
+def masked_cross_attention(q, k, v, padding, scale):
+    """softmax(scale·q·kᵀ) over the unpadded keys, times v; query head h reads key/value head
+    h // (H / H_kv). A query whose memory is all padding gets probabilities 0 (so o = 0 and every
+    gradient through it 0): the padded scores are left unmasked on that row before the softmax
+    (torch would give NaN over −inf) and its probabilities multiplied by 0 after it."""
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scores = (q @ k.transpose(-1, -2)) * scale
+    pad = padding.bool()[:, None, None, :]                       # [B, 1, 1, S]
+    all_pad = pad.all(dim=-1, keepdim=True)                       # [B, 1, 1, 1]
+    scores = scores.masked_fill(pad & ~all_pad, float("-inf"))
+    probs = torch.softmax(scores, dim=-1) * (~all_pad).to(q.dtype)
+    return probs @ v
+
+
+# (name, B, H, H_kv, T, S, d_k, padding: per-batch lengths, or an explicit [B, S] 0/1 list)
+CROSS_ATTENTION_CORE_CASES = [
+    ("B2_H4_Hkv2_T3_S5_dk4_len5x3", 2, 4, 2, 3, 5, 4, [5, 3]),
+    ("B2_H2_Hkv2_T4_S3_dk3_len2x0", 2, 2, 2, 4, 3, 3, [2, 0]),
+    ("B2_H3_Hkv1_T2_S6_dk2_holes", 2, 3, 1, 2, 6, 2, [[0, 1, 0, 0, 1, 0], [1, 0, 0, 1, 1, 1]]),
+    ("B1_H2_Hkv2_T7_S2_dk5_nomask", 1, 2, 2, 7, 2, 5, None),
+]
+
+
+def cross_attention_core_fixture(B, H, H_kv, T, S, d_k, padding, dtype, seed):
+    torch.manual_seed(seed)
+    q = randn(B, H, T, d_k, dtype=dtype).requires_grad_(True)
+    k = randn(B, H_kv, S, d_k, dtype=dtype).requires_grad_(True)
+    v = randn(B, H_kv, S, d_k, dtype=dtype).requires_grad_(True)
+    do = randn(B, H, T, d_k, dtype=dtype)
+    if padding is None:
+        pad = torch.zeros(B, S, dtype=dtype)
+    elif isinstance(padding[0], list):
+        pad = torch.tensor(padding, dtype=dtype)
+    else:
+        pad = padding_from_lengths(padding, S, dtype)
+    o = masked_cross_attention(q, k, v, pad, 1.0 / math.sqrt(d_k))
+    (o * do).sum().backward()
+    tensors = {"q": q, "k": k, "v": v, "padding": pad, "o": o, "dout": do, "dq": q.grad,
+               "dk": k.grad, "dv": v.grad}
+    meta = {"kind": "core", "mask": int(padding is not None)}
+    return meta, {n: t.detach() for n, t in tensors.items()}
+
+
+# (name, B, T, S, D, D_mem, H, H_kv, bias, lengths or None)
+CROSS_ATTENTION_BLOCK_CASES = [
+    ("block_B2_T3_S4_D8_Dmem6_H4_Hkv2_bias_len4x2", 2, 3, 4, 8, 6, 4, 2, True, [4, 2]),
+    ("block_B1_T2_S5_D6_Dmem10_H3_Hkv1_nobias", 1, 2, 5, 6, 10, 3, 1, False, None),
+]
+
+
+def cross_attention_block_fixture(B, T, S, D, D_mem, H, H_kv, bias, lengths, dtype, seed):
+    """BART's encoder_attn in plain torch: q_proj(x), k_proj(memory), v_proj(memory) viewed as
+    heads, the masked attention above, heads merged, out_proj."""
+    torch.manual_seed(seed)
+    d_k = D // H
+    q_proj = make_linear(D, H * d_k, bias, dtype)
+    k_proj = make_linear(D_mem, H_kv * d_k, bias, dtype)
+    v_proj = make_linear(D_mem, H_kv * d_k, bias, dtype)
+    out_proj = make_linear(H * d_k, D, bias, dtype)
+    x = randn(B, T, D, dtype=dtype).requires_grad_(True)
+    memory = randn(B, S, D_mem, dtype=dtype).requires_grad_(True)
+    dy = randn(B, T, D, dtype=dtype)
+    pad = (padding_from_lengths(lengths, S, dtype) if lengths is not None
+           else torch.zeros(B, S, dtype=dtype))
+    q = q_proj(x).view(B, T, H, d_k).transpose(1, 2)
+    k = k_proj(memory).view(B, S, H_kv, d_k).transpose(1, 2)
+    v = v_proj(memory).view(B, S, H_kv, d_k).transpose(1, 2)
+    o = masked_cross_attention(q, k, v, pad, 1.0 / math.sqrt(d_k))
+    y = out_proj(o.transpose(1, 2).reshape(B, T, H * d_k))
+    (y * dy).sum().backward()
+    params = (linear_params("_q", q_proj) + linear_params("_k", k_proj) +
+              linear_params("_v", v_proj) + linear_params("_out", out_proj))
+    tensors = {"x": x, "memory": memory, "padding": pad, **dict(params), "y": y, "dy": dy,
+               "dx": x.grad, "dmemory": memory.grad, **grads_of(params)}
+    meta = {"kind": "block", "n_heads": H, "n_kv_heads": H_kv, "bias": int(bias),
+            "mask": int(lengths is not None)}
+    return meta, {n: t.detach() for n, t in tensors.items()}
+
+
+def generate_cross_attention(root: Path):
+    cases = [(base, lambda dtype, seed, c=case: cross_attention_core_fixture(*c, dtype, seed))
+             for base, *case in CROSS_ATTENTION_CORE_CASES]
+    cases += [(base, lambda dtype, seed, c=case: cross_attention_block_fixture(*c, dtype, seed))
+              for base, *case in CROSS_ATTENTION_BLOCK_CASES]
+    return generate_seeded_cases(root, "cross_attention", cases)
+
+
+BLOCKS["cross_attention"] = generate_cross_attention
+
+
+# ---- linear_attention: Katharopoulos et al. 2020, in its quadratic form -------------------------
+
+
+# (name, B, H, H_kv, T, S, d_k, d_v, causal, eps, input scale)
+LINEAR_ATTENTION_CASES = [
+    ("causal_B2_H2_Hkv2_T5_dk3_dv4", 2, 2, 2, 5, 5, 3, 4, True, 0.0, 1.0),
+    ("causal_B1_H4_Hkv2_T7_dk4_dv2_eps1e-6", 1, 4, 2, 7, 7, 4, 2, True, 1e-6, 1.0),
+    ("causal_B1_H1_Hkv1_T6_dk2_dv3_scale3", 1, 1, 1, 6, 6, 2, 3, True, 0.0, 3.0),
+    ("full_B2_H2_Hkv1_T3_S6_dk3_dv5", 2, 2, 1, 3, 6, 3, 5, False, 0.0, 1.0),
+    ("full_B1_H1_Hkv1_T4_S4_dk2_dv2_eps1e-3", 1, 1, 1, 4, 4, 2, 2, False, 1e-3, 2.0),
+]
+
+
+def linear_attention_fixture(B, H, H_kv, T, S, d_k, d_v, causal, eps, scale, dtype, seed):
+    """o = (A·v) / (A·1 + eps) with A = φ(q)·φ(k)ᵀ (⊙ the causal mask), φ = elu + 1: the
+    quadratic form, which the paper's prefix-sum form equals in exact arithmetic, so dissect's
+    O(T·d²) algorithm is checked against a computation that shares none of its steps."""
+    torch.manual_seed(seed)
+    q = (randn(B, H, T, d_k, dtype=dtype) * scale).requires_grad_(True)
+    k = (randn(B, H_kv, S, d_k, dtype=dtype) * scale).requires_grad_(True)
+    v = randn(B, H_kv, S, d_v, dtype=dtype).requires_grad_(True)
+    do = randn(B, H, T, d_v, dtype=dtype)
+    group = H // H_kv
+    phi_q = torch.nn.functional.elu(q) + 1
+    phi_k = torch.nn.functional.elu(k.repeat_interleave(group, dim=1)) + 1
+    a = phi_q @ phi_k.transpose(-1, -2)                          # [B, H, T, S]
+    if causal:
+        a = a * torch.ones(T, S, dtype=dtype).tril()
+    o = (a @ v.repeat_interleave(group, dim=1)) / (a.sum(dim=-1, keepdim=True) + eps)
+    (o * do).sum().backward()
+    tensors = {"q": q, "k": k, "v": v, "o": o, "dout": do, "dq": q.grad, "dk": k.grad,
+               "dv": v.grad}
+    meta = {"causal": int(causal), "eps": repr(float(eps))}
+    return meta, {n: t.detach() for n, t in tensors.items()}
+
+
+def generate_linear_attention(root: Path):
+    return generate_seeded_cases(root, "linear_attention", [
+        (base, lambda dtype, seed, c=case: linear_attention_fixture(*c, dtype, seed))
+        for base, *case in LINEAR_ATTENTION_CASES])
+
+
+BLOCKS["linear_attention"] = generate_linear_attention
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("blocks", nargs="*", metavar="block",
