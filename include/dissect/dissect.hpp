@@ -32,6 +32,7 @@
 #include "dissect/kernels/gemm.hpp"
 #include "dissect/kernels/packed_weight.hpp"
 #include "dissect/kv_cache.hpp"
+#include "dissect/rolling_kv_cache.hpp"
 #include "dissect/linear.hpp"
 #include "dissect/lora_adapter.hpp"
 #include "dissect/lora_linear.hpp"
