@@ -13,8 +13,8 @@
 //
 // Sliding window (Mistral's `sliding_window`, optional `window` W ≥ 1): the query at position p
 // attends only to keys j with p − W < j ≤ p, its own position and the W − 1 before it. That is
-// transformers' convention for Mistral (masking_utils' sliding-window overlay keeps a key when
-// q_idx − kv_idx < sliding_window; Mistral's original code attends to the last W positions). The
+// transformers' convention for Mistral (masking_utils.py: sliding_window_causal_mask_function ands
+// the causal kv_idx ≤ q_idx with sliding_window_overlay's kv_idx > q_idx − sliding_window). The
 // inference path then walks only the key tiles that meet the band, and training's forward and
 // backward only the band's block of each query block's rows: O(T·W) work instead of O(T·S). A
 // W that excludes no key (W ≥ S) is the plain causal path, bit for bit.
