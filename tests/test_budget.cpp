@@ -83,6 +83,28 @@ TEST(Lesson, KvCacheOfOneSequenceIs1_07GB) {
   EXPECT_EQ(kv_cache_bytes(32, 1, 32, 128, Dtype::fp16), 524'288);
 }
 
+TEST(Lesson, ASlidingWindowCapsTheKvCacheAtWPositions) {
+  // Mistral-7B's shape (L 32, H_kv 8, d_k 128, W 4096) at T = 32768 in fp16: a rolling cache
+  // holds 4096 positions, 2 · 32 · 4096 · 8 · 128 · 2 B = 536,870,912 B, not T's 4,294,967,296.
+  TransformerConfig config = find_preset("llama-7b").config;
+  config.n_kv_heads = 8;
+  config.context = 32768;
+  BudgetInputs inputs{.weight_dtype = Dtype::fp16, .kv_dtype = Dtype::fp16, .context = 32768};
+  const Budget full = compute_budget(config, inputs);
+  EXPECT_EQ(full.kv_bytes_per_sequence, 4'294'967'296);
+  config.sliding_window = 4096;
+  const Budget windowed = compute_budget(config, inputs);
+  EXPECT_EQ(windowed.kv_bytes_per_sequence, 536'870'912);
+  EXPECT_EQ(windowed.kv_bytes_per_token, full.kv_bytes_per_token);
+  EXPECT_EQ(windowed.weights_bytes, full.weights_bytes);  // the window changes no count
+  // A context shorter than the window: every position is held.
+  inputs.context = 1024;
+  EXPECT_EQ(compute_budget(config, inputs).kv_bytes_per_sequence, 2 * 32 * 1024 * 8 * 128 * 2);
+  ModelSize bad = model_size(config);
+  bad.sliding_window = -1;
+  EXPECT_THROW_WITH(bad.validate(), ConfigError, "ModelSize: sliding_window must be >= 0");
+}
+
 TEST(Lesson, FailureModeForgettingTheFactorTwoGives0_54GB) {
   // K and V each: half of the correct 1,073,741,824 is 536,870,912 B = 0.54 GB.
   const index_t correct = kv_cache_bytes(32, 2048, 32, 128, Dtype::fp16);

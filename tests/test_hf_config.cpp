@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dissect/io/hf_config.hpp"
+#include "dissect/io/hf_writer.hpp"
 #include "dissect/io/model_file.hpp"
 #include "support/fixture.hpp"
 #include "support/io_testing.hpp"
@@ -96,7 +97,7 @@ TEST(HfConfig, MixtralReadsItsExpertsAndTheirCount) {
   EXPECT_EQ(family_name(ModelFamily::mixtral), "mixtral");
 }
 
-TEST(HfConfigErrors, MixtralsExpertKeysAreCheckedAndAShortWindowRefused) {
+TEST(HfConfigErrors, MixtralsExpertKeysAreChecked) {
   auto missing = mixtral_json();
   missing.erase("num_local_experts");
   EXPECT_THROW_WITH(parse_hf_config(missing, "m/config.json"), ConfigError,
@@ -109,12 +110,73 @@ TEST(HfConfigErrors, MixtralsExpertKeysAreCheckedAndAShortWindowRefused) {
   none["num_local_experts"] = 0;
   EXPECT_THROW_WITH(parse_hf_config(none, "m/config.json"), ConfigError,
                     "\"num_local_experts\" must be >= 1 (got 0)");
-  auto window = mixtral_json();
-  window["sliding_window"] = 16;
-  EXPECT_THROW_WITH(parse_hf_config(window, "m/config.json"), ConfigError,
-                    "\"sliding_window\" shorter than max_position_embeddings is not supported");
-  window["sliding_window"] = 4096;  // no shorter than the context: the full causal attention
-  EXPECT_NO_THROW(parse_hf_config(window, "m/config.json"));
+}
+
+nlohmann::json mistral_json() {
+  auto json = llama_json();
+  json["model_type"] = "mistral";
+  json["sliding_window"] = 16;
+  json.erase("tie_word_embeddings");
+  return json;
+}
+
+TEST(HfConfig, MistralAndMixtralReadTheirSlidingWindow) {
+  // Mistral is LLaMA's layers with a window: the llama family, whose models honour it.
+  auto json = mistral_json();
+  const auto mistral = parse_hf_config(json, "config.json");
+  EXPECT_EQ(mistral.family, ModelFamily::llama);
+  EXPECT_EQ(mistral.config.sliding_window, 16);
+  EXPECT_EQ(mistral.config.positions, Positions::rotary);
+  EXPECT_FALSE(mistral.config.tied_embeddings);
+  json.erase("sliding_window");  // MistralConfig's default
+  EXPECT_EQ(parse_hf_config(json, "config.json").config.sliding_window, 4096);
+  json["sliding_window"] = nullptr;  // explicitly none
+  EXPECT_FALSE(parse_hf_config(json, "config.json").config.sliding_window.has_value());
+  // LlamaConfig has no such key: transformers ignores it, and so does dissect.
+  auto llama = llama_json();
+  llama["sliding_window"] = 16;
+  EXPECT_FALSE(parse_hf_config(llama, "config.json").config.sliding_window.has_value());
+  // Mixtral's window, shorter than the context (32), is now read, not refused; null is none.
+  auto mixtral = mixtral_json();
+  EXPECT_FALSE(parse_hf_config(mixtral, "config.json").config.sliding_window.has_value());
+  mixtral["sliding_window"] = 16;
+  EXPECT_EQ(parse_hf_config(mixtral, "config.json").config.sliding_window, 16);
+  // Written back: a LLaMA with a window is "mistral", and reads back to the same config.
+  const auto written = hf_config_json(mistral);
+  EXPECT_EQ(written.at("model_type"), "mistral");
+  EXPECT_EQ(written.at("sliding_window"), 16);
+  EXPECT_FALSE(written.contains("attention_bias"));
+  const auto back = parse_hf_config(written, "config.json");
+  EXPECT_EQ(back.family, ModelFamily::llama);
+  EXPECT_EQ(back.config.sliding_window, 16);
+  EXPECT_EQ(config_to_json(back.config), config_to_json(mistral.config));
+  EXPECT_EQ(hf_config_json(parse_hf_config(mixtral, "c")).at("sliding_window"), 16);
+}
+
+TEST(HfConfigErrors, ASlidingWindowBelowOneOrNotACountIsRefused) {
+  auto json = mistral_json();
+  for (const int bad : {0, -3}) {
+    json["sliding_window"] = bad;
+    EXPECT_THROW_WITH(
+        parse_hf_config(json, "m/config.json"), ConfigError,
+        "m/config.json: TransformerConfig: sliding_window must be > 0 (got " + std::to_string(bad));
+  }
+  json["sliding_window"] = "4096";
+  EXPECT_THROW_WITH(parse_hf_config(json, "m/config.json"), ConfigError,
+                    "m/config.json: \"sliding_window\" must be a whole number (got \"4096\")");
+  auto mixtral = mixtral_json();
+  mixtral["sliding_window"] = 0;
+  EXPECT_THROW_WITH(parse_hf_config(mixtral, "m/config.json"), ConfigError,
+                    "sliding_window must be > 0 (got 0");
+  // What GPT2Config, or a MistralConfig with biases, cannot say is refused when written.
+  auto gpt2 = parse_hf_config(gpt2_json(), "c");
+  gpt2.config.sliding_window = 8;
+  EXPECT_THROW_WITH(hf_config_json(gpt2), ConfigError,
+                    "hf_config_json: GPT2Config has no key for a sliding window");
+  auto biased = parse_hf_config(mistral_json(), "c");
+  biased.config.bias = true;
+  EXPECT_THROW_WITH(hf_config_json(biased), ConfigError,
+                    "hf_config_json: MistralConfig has no key for biases");
 }
 
 TEST(HfConfigErrors, EveryBadKeyIsNamedWithTheFile) {
@@ -135,10 +197,10 @@ TEST(HfConfigErrors, EveryBadKeyIsNamedWithTheFile) {
   EXPECT_THROW_WITH(parse_hf_config(scaling, "c.json"), ConfigError,
                     "\"rope_scaling\" is not supported");
   auto type = llama_json();
-  type["model_type"] = "mistral";
+  type["model_type"] = "qwen2";
   EXPECT_THROW_WITH(
       parse_hf_config(type, "c.json"), ConfigError,
-      "model_type \"mistral\" is not one dissect builds (known: gpt2, llama, mixtral)");
+      "model_type \"qwen2\" is not one dissect builds (known: gpt2, llama, mistral, mixtral)");
   auto heads = llama_json();
   heads["num_key_value_heads"] = 3;
   EXPECT_THROW_WITH(parse_hf_config(heads, "c.json"), ConfigError,

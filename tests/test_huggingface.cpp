@@ -6,6 +6,8 @@
 // naming rules of io/hf_names.hpp, name by name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "dissect/io/gguf_model_writer.hpp"
 #include "dissect/io/hf_names.hpp"
 #include "dissect/io/hf_writer.hpp"
 #include "dissect/io/huggingface.hpp"
@@ -111,6 +114,62 @@ TEST(HuggingFace, MixtralRoundTripsThroughItsHuggingFaceNames) {
       [&](const ParameterName&, auto v, auto) { b.insert(b.end(), v.begin(), v.end()); });
   EXPECT_EQ(a, b);
   EXPECT_EQ(read_hf_config(dir / "config.json").config.n_experts, 4);
+}
+
+double max_abs_difference(const Tensor<double, 3>& a, const Tensor<double, 3>& b) {
+  double worst = 0;
+  for (index_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(a.data()[i] - b.data()[i]));
+  return worst;
+}
+
+// Mistral: the llama fixture's weights with a window of 5, saved as a Hugging Face checkpoint
+// ("mistral", sliding_window 5, LLaMA's tensor names), load back into a windowed LlamaModel that
+// gives the same logits, and torch's (the sliding_window block's run of the same weights). GGUF's
+// llama architecture has no window: that file is refused.
+TEST(HuggingFace, AMistralCheckpointRoundTripsWithItsWindowAndGivesTorchsLogits) {
+  const auto llama = load_hf_model<LlamaModel<double>>(hf_dir("llama"));
+  TransformerConfig config = llama.config();
+  config.sliding_window = 5;
+  LlamaModel<double> mistral(config, {.seed = 1});
+  std::vector<std::vector<double>> values;
+  llama.for_each_parameter(
+      [&](const ParameterName&, auto v, auto) { values.emplace_back(v.begin(), v.end()); });
+  std::size_t at = 0;
+  mistral.for_each_parameter([&](const ParameterName&, auto v, auto) {
+    std::copy(values.at(at).begin(), values.at(at).end(), v.begin());
+    ++at;
+  });
+  const fs::path dir = fs::path(::testing::TempDir()) / "mistral_round_trip";
+  save_hf_checkpoint(dir, mistral);
+  std::ifstream in(dir / "config.json");
+  const auto json = nlohmann::json::parse(in);
+  EXPECT_EQ(json.at("model_type"), "mistral");
+  EXPECT_EQ(json.at("sliding_window"), 5);
+  const auto again = load_hf_model<LlamaModel<double>>(dir);
+  EXPECT_EQ(again.config().sliding_window, 5);
+
+  const auto run =
+      testing::read_fixture(testing::fixture_dir("sliding_window") / "f64_mistral.txt");
+  const auto& ids_tensor = run.tensor("ids");
+  const std::vector<index_t> ids(ids_tensor.values.begin(), ids_tensor.values.end());
+  const TokenBatch tokens{ids, ids_tensor.shape[0], ids_tensor.shape[1]};
+  const auto logits = again.forward(tokens);
+  EXPECT_TENSOR_EQ(logits, mistral.forward(tokens));
+  // Normwise within 1e-12 of torch's float64 run (a dozen stages of length ≤ 97, γ ≈ 1e-14).
+  const auto torch_logits = testing::tensor_from<double, 3>(run.tensor("logits"));
+  double worst = 0, scale = 0;
+  for (index_t i = 0; i < logits.size(); ++i) {
+    worst = std::max(worst, std::abs(logits.data()[i] - torch_logits.data()[i]));
+    scale = std::max(scale, std::abs(torch_logits.data()[i]));
+  }
+  EXPECT_LE(worst, 1e-12 * scale);
+  // Without the window the same weights are another model (the window moves the logits).
+  EXPECT_GT(max_abs_difference(llama.forward(tokens), torch_logits), 1e-3 * scale);
+
+  EXPECT_THROW_WITH(save_gguf_model(dir / "mistral.gguf", mistral), ConfigError,
+                    "a sliding window (W = 5) has no key in GGUF's llama architecture");
+  EXPECT_FALSE(fs::exists(dir / "mistral.gguf"));
 }
 
 TEST(HuggingFaceErrors, AMixtralCheckpointMissingAnExpertIsRefusedByName) {

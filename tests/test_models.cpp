@@ -56,6 +56,9 @@ TransformerConfig config_from(const testing::Fixture& fixture) {
   if (fixture.has_meta("scale_attn_weights") && !fixture.meta_bool("scale_attn_weights")) {
     config.score_scaling.scale = 1.0;
   }
+  if (fixture.has_meta("sliding_window")) {
+    config.sliding_window = fixture.meta_int("sliding_window");  // the sliding_window block
+  }
   if (fixture.has_meta("scale_attn_by_inverse_layer_idx")) {
     config.score_scaling.inverse_layer_index = fixture.meta_bool("scale_attn_by_inverse_layer_idx");
   }
@@ -195,6 +198,16 @@ TYPED_TEST(ModelFixtures, MixtralMatchesTorchLogitsLossAndEveryGradient) {
   expect_matches_torch<MixtralModel<TypeParam>>("mixtral");
 }
 
+// Mistral: the model block's LLaMA with sliding_window 5 of its 16 positions, against torch's
+// explicit band mask in every layer (the generator checks that the window moves the logits past
+// position 4 by ~30% of their size, and not before).
+TYPED_TEST(ModelFixtures, LlamaWithASlidingWindowMatchesTorchsMistral) {
+  const std::string dtype = std::is_same_v<TypeParam, float> ? "f32_" : "f64_";
+  expect_matches_torch<LlamaModel<TypeParam>>(
+      model_fixture("weights_llama.txt"),
+      testing::read_fixture(testing::fixture_dir("sliding_window") / (dtype + "mistral.txt")));
+}
+
 // HF GPT2Attention with scale_attn_weights: false (no 1/√d_k) and, separately, with
 // scale_attn_by_inverse_layer_idx: true (layer i's scores also / (i + 1)), on 3 layers whose QKV
 // weights make the scores O(1): the fixtures' logits move by ~20-80% of their size from the
@@ -315,6 +328,80 @@ TYPED_TEST(ModelAlgebra, LlamaCachedDecodingEqualsFullForward) {
   const std::vector<index_t> one_by_one(12, 1);
   expect_cached_decoding_equals_full_forward<LlamaModel<TypeParam>>(small_llama(), one_by_one);
   expect_cached_decoding_equals_full_forward<LlamaModel<TypeParam>>(small_llama(), {5, 3, 1, 3});
+}
+
+/// small_llama (or small_mixtral) with a sliding window of 3 of its 12 positions.
+TransformerConfig windowed(TransformerConfig config, index_t window = 3) {
+  config.sliding_window = window;
+  return config;
+}
+
+/// As expect_cached_decoding_equals_full_forward, decoding through a rolling cache of W
+/// positions, whose bytes never change.
+template <class Model>
+void expect_rolling_decoding_equals_full_forward(const TransformerConfig& config,
+                                                 const std::vector<index_t>& chunks) {
+  using Scalar = typename Model::scalar_type;
+  Model model(config, {.init_std = 0.2, .seed = 7});
+  const index_t batch = 2, seq = config.context;
+  const auto ids = random_ids(static_cast<std::size_t>(batch * seq), config.vocab, 11);
+  const auto full = model.forward(TokenBatch{ids, batch, seq});
+  auto kv = model.make_rolling_kv_cache(batch);
+  const index_t bytes = kv.bytes();
+  EXPECT_EQ(kv.window(), *config.sliding_window);
+  index_t first = 0;
+  for (index_t count : chunks) {
+    SCOPED_TRACE(testing::concat_for_trace("positions ", first, " + ", count));
+    const auto step = slice_positions(ids, batch, seq, first, count);
+    const auto logits = model.forward(TokenBatch{step, batch, count}, kv);
+    EXPECT_TRUE(normwise_close(logits, slice_logits(full, first, count),
+                               model_tolerance<Scalar>(config, seq, false)));
+    first += count;
+    EXPECT_EQ(kv.length(), first);
+    EXPECT_EQ(kv.bytes(), bytes);
+  }
+}
+
+TYPED_TEST(ModelAlgebra, ASlidingWindowDecodesAsTheFullForwardOverAFullOrARollingCache) {
+  const std::vector<index_t> one_by_one(12, 1);
+  for (const auto& config : {windowed(small_llama()), windowed(small_llama(), 1)}) {
+    SCOPED_TRACE(testing::concat_for_trace("W=", *config.sliding_window));
+    // Over a KVCache of the context: the band mask; over a RollingKVCache: W positions only.
+    expect_cached_decoding_equals_full_forward<LlamaModel<TypeParam>>(config, one_by_one);
+    expect_cached_decoding_equals_full_forward<LlamaModel<TypeParam>>(config, {5, 3, 1, 3});
+    expect_rolling_decoding_equals_full_forward<LlamaModel<TypeParam>>(config, one_by_one);
+    expect_rolling_decoding_equals_full_forward<LlamaModel<TypeParam>>(config, {5, 3, 1, 3});
+  }
+  expect_rolling_decoding_equals_full_forward<MixtralModel<TypeParam>>(windowed(small_mixtral()),
+                                                                       {4, 1, 1, 6});
+  // A rolling cache holds W of the context's positions: 3 of 12.
+  LlamaModel<TypeParam> model(windowed(small_llama()), {.seed = 1});
+  EXPECT_EQ(model.make_rolling_kv_cache(2).bytes() * 4, model.make_kv_cache(2).bytes());
+}
+
+TYPED_TEST(ModelAlgebra, ASlidingWindowLimitsWhatALogitDependsOn) {
+  // One layer, W = 3: position t reads positions t − 2 … t only, so changing token 2 changes the
+  // logits at positions 2, 3, 4 and no other; with two layers, up to position 6.
+  for (const index_t layers : {1, 2}) {
+    auto config = windowed(small_llama());
+    config.n_layers = layers;
+    LlamaModel<TypeParam> model(config, {.init_std = 0.2, .seed = 3});
+    auto ids = random_ids(12, 23, 5);
+    const auto before = model.forward(TokenBatch{ids, 1, 12});
+    ids[2] = (ids[2] + 1) % 23;
+    const auto after = model.forward(TokenBatch{ids, 1, 12});
+    const index_t reach = 2 + 2 * layers;  // the last position token 2 reaches
+    EXPECT_TENSOR_EQ(slice_logits(after, 0, 2), slice_logits(before, 0, 2));
+    EXPECT_FALSE(
+        normwise_close(slice_logits(after, reach, 1), slice_logits(before, reach, 1), 1e-3));
+    EXPECT_TENSOR_EQ(slice_logits(after, reach + 1, 11 - reach),
+                     slice_logits(before, reach + 1, 11 - reach));
+  }
+  // A window no shorter than the context is no window, bit for bit.
+  LlamaModel<TypeParam> plain(small_llama(), {.seed = 4});
+  LlamaModel<TypeParam> wide(windowed(small_llama(), 12), {.seed = 4});
+  const auto ids = random_ids(24, 23, 6);
+  EXPECT_TENSOR_EQ(wide.forward(TokenBatch{ids, 2, 12}), plain.forward(TokenBatch{ids, 2, 12}));
 }
 
 TYPED_TEST(ModelAlgebra, MixtralCachedDecodingEqualsFullForward) {
@@ -496,6 +583,29 @@ TEST(Models, Gpt2WithScoreScalingGradientsMatchFiniteDifferences) {
 
 TEST(Models, LlamaGradientsMatchFiniteDifferences) {
   expect_gradients_match_finite_differences<LlamaModel<double>>(small_llama());
+}
+
+TEST(Models, LlamaWithASlidingWindowGradientsMatchFiniteDifferences) {
+  // Training's banded attention and its backward, inside the whole model.
+  expect_gradients_match_finite_differences<LlamaModel<double>>(windowed(small_llama()));
+}
+
+TEST(ModelErrors, ARollingCacheNeedsTheModelsWindow) {
+  LlamaModel<float> plain(small_llama(), {.seed = 1});
+  EXPECT_THROW_WITH(plain.make_rolling_kv_cache(1), ConfigError,
+                    "RollingKVCache: config.sliding_window is unset");
+  LlamaModel<float> model(windowed(small_llama()), {.seed = 1});
+  RollingKVCache<float> other(windowed(small_llama(), 4), 1);
+  const std::vector<index_t> ids{1, 2};
+  EXPECT_THROW_WITH(
+      model.forward(TokenBatch{ids, 1, 2}, other), ShapeError,
+      "LlamaModel::forward (rolling KV cache): the rolling KV cache was built for "
+      "[L, B, H_kv, W, d_k] = [2, 1, 2, 4, 4], this model and batch need [2, 1, 2, 3, 4]");
+  EXPECT_EQ(other.length(), 0);
+  auto kv = model.make_rolling_kv_cache(1);
+  EXPECT_THROW_WITH(model.forward(TokenBatch{std::vector<index_t>(13, 1), 1, 13}, kv), ShapeError,
+                    "exceed the model's context of 12 positions");
+  EXPECT_EQ(kv.length(), 0);
 }
 
 // ---- bad input: a clear error and no change ----------------------------------------------------

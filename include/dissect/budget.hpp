@@ -51,6 +51,9 @@ struct ModelSize {
   index_t expert_parameters = 0;
   index_t n_experts = 0;
   index_t experts_per_token = 0;
+  /// W, a sliding window (TransformerConfig::sliding_window): a sequence's KV cache then holds
+  /// min(T, W) positions (a RollingKVCache). 0: no window.
+  index_t sliding_window = 0;
 
   /// The parameters one decode step over `batch` sequences reads: the dense ones, and of the
   /// experts the share E·(1 − (1 − k/E)^B) / E a batch is expected to touch when the router
@@ -133,7 +136,7 @@ struct Budget {
   BudgetInputs inputs;
   index_t weights_bytes = 0;
   index_t kv_bytes_per_token = 0;     ///< 2 · L · H_kv · d_k · bytes: K and V, every layer
-  index_t kv_bytes_per_sequence = 0;  ///< kv_bytes_per_token · T
+  index_t kv_bytes_per_sequence = 0;  ///< kv_bytes_per_token · T (· min(T, W) with a window)
   index_t single_sequence_bytes = 0;  ///< weights_bytes + kv_bytes_per_sequence
   index_t linear_weights = 0;         ///< W behind prefill_linear_flops (see the flag below)
   bool linear_weights_exact = false;  ///< W counted from a config; false: W = parameters
@@ -238,6 +241,10 @@ inline void ModelSize::validate() const {
     throw ConfigError(detail::concat(op, ": experts_per_token ", experts_per_token,
                                      " must be in [1, n_experts = ", n_experts, "]"));
   }
+  if (sliding_window < 0) {
+    throw ConfigError(
+        detail::concat(op, ": sliding_window must be >= 0 (0: none; got ", sliding_window, ")"));
+  }
 }
 
 inline double ModelSize::parameters_read(index_t batch) const {
@@ -258,7 +265,8 @@ inline ModelSize model_size(const TransformerConfig& config) {
           config.head_size(),
           count.experts,
           config.is_moe() ? config.n_experts : 0,
-          config.is_moe() ? config.experts_per_token : 0};
+          config.is_moe() ? config.experts_per_token : 0,
+          config.sliding_window.value_or(0)};
 }
 
 inline void BudgetInputs::validate() const {
@@ -348,8 +356,10 @@ inline Budget compute_budget(const ModelSize& model, const ForwardShape& forward
   budget.weights_bytes = weight_bytes(model.parameters, inputs.weight_dtype);
   budget.kv_bytes_per_token =
       kv_cache_bytes(model.n_layers, 1, model.n_kv_heads, model.head_dim, inputs.kv_dtype);
+  // A windowed model's rolling cache holds only the last W positions.
+  const index_t held = model.sliding_window > 0 ? std::min(T, model.sliding_window) : T;
   budget.kv_bytes_per_sequence =
-      kv_cache_bytes(model.n_layers, T, model.n_kv_heads, model.head_dim, inputs.kv_dtype);
+      kv_cache_bytes(model.n_layers, held, model.n_kv_heads, model.head_dim, inputs.kv_dtype);
   budget.single_sequence_bytes = checked_add(budget.weights_bytes, budget.kv_bytes_per_sequence,
                                              "budget: weights + one sequence's KV cache");
   budget.linear_weights = forward.linear_weights;

@@ -96,6 +96,9 @@ struct TransformerConfig {
   index_t n_experts = 0;
   /// k, the experts each token is routed to (Mixtral's num_experts_per_tok); used when E > 0.
   index_t experts_per_token = 2;
+  /// W, Mistral's sliding window: the query at position p attends to keys p − W < j ≤ p only
+  /// (unset: every earlier position). Changes no count; a RollingKVCache holds W positions.
+  std::optional<index_t> sliding_window = std::nullopt;
 
   /// Whether the FFN is a mixture of experts (n_experts > 0).
   bool is_moe() const { return n_experts > 0; }
@@ -117,7 +120,7 @@ struct TransformerConfig {
   /// Checks that the configuration can exist: every size > 0, D % H == 0 when d_k is derived,
   /// H_kv dividing H, every style enum in range, rope_theta (and norm_eps and
   /// score_scaling.scale if set) finite and > 0, n_experts ≥ 0 and, with experts,
-  /// 1 ≤ experts_per_token ≤ n_experts.
+  /// 1 ≤ experts_per_token ≤ n_experts, sliding_window (if set) > 0.
   /// @throws ConfigError naming the offending field (or enum type) and its value.
   void validate() const;
 };
@@ -249,6 +252,10 @@ inline void TransformerConfig::validate() const {
   if (is_moe() && (experts_per_token < 1 || experts_per_token > n_experts)) {
     throw ConfigError(detail::concat(op, ": experts_per_token ", experts_per_token,
                                      " must be in [1, n_experts = ", n_experts, "]"));
+  }
+  if (sliding_window && *sliding_window <= 0) {
+    throw ConfigError(detail::concat(op, ": sliding_window must be > 0 (got ", *sliding_window,
+                                     "; unset means no window)"));
   }
 }
 

@@ -35,6 +35,7 @@
 #include "dissect/kernels/gemm.hpp"
 #include "dissect/kernels/packed_weight.hpp"
 #include "dissect/kv_cache.hpp"
+#include "dissect/rolling_kv_cache.hpp"
 #include "dissect/linear.hpp"
 #include "dissect/linear_attention.hpp"
 #include "dissect/lora_adapter.hpp"

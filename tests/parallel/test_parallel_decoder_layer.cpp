@@ -317,6 +317,13 @@ TEST(ParallelDecoderLayer, AMissingOrMisshapenTensorIsTheSameErrorOnEveryRank) {
     const SafetensorsFile file(good);
     EXPECT_THROW_WITH(parallel::load_parallel_layer<Layer>(file, "h.7.", config, comm), Error,
                       "h.7.");
+    // A sliding window the tensor-parallel attention would ignore: refused on every rank.
+    auto windowed = config;
+    windowed.sliding_window = 4;
+    EXPECT_THROW_WITH(parallel::load_parallel_layer<Layer>(file, "h.1.", windowed, comm),
+                      ConfigError,
+                      "load_parallel_layer: config.sliding_window is 4; the tensor-parallel "
+                      "layers have no window yet");
   }
   barrier();
   if (comm.rank() == 0) {

@@ -2461,6 +2461,113 @@ def generate_linear_attention(root: Path):
 
 BLOCKS["linear_attention"] = generate_linear_attention
 
+
+# ---- sliding_window: Mistral's banded causal attention, and a tiny LLaMA with the window -------
+
+
+# (name, B, H, H_kv, T, S, d_k, W): GQA, W = 1, S > T (earlier positions in front), W ≥ S (no key
+# excluded), a window across a long T.
+SLIDING_WINDOW_CASES = [
+    ("b2h4kv2_t7_w3", 2, 4, 2, 7, 7, 4, 3),
+    ("b1h2kv1_t5_s9_w4", 1, 2, 1, 5, 9, 4, 4),
+    ("b1h2kv2_t6_w1", 1, 2, 2, 6, 6, 3, 1),
+    ("b1h3kv1_t4_s6_w8", 1, 3, 1, 4, 6, 5, 8),
+    ("b1h2kv1_t70_w17", 1, 2, 1, 70, 70, 4, 17),
+]
+
+
+def band_mask(T, S, W):
+    """True where query t (at position S − T + t) may read key j: S − T + t − W < j ≤ S − T + t.
+    transformers' Mistral keeps a key when q_idx − kv_idx < sliding_window (and kv_idx ≤ q_idx);
+    this is the same band, built here from positions, not taken from transformers."""
+    positions = torch.arange(S - T, S).unsqueeze(1)
+    keys = torch.arange(S).unsqueeze(0)
+    return (keys <= positions) & (positions - keys < W)
+
+
+def sliding_window_fixture(B, H, H_kv, T, S, d_k, W, dtype, seed):
+    """o = softmax(q·kᵀ/√d_k, outside the band −inf)·v with query head h on key head h // (H /
+    H_kv), and the gradients of Σ o ⊙ dout with respect to q, k and v."""
+    torch.manual_seed(seed)
+    q = randn(B, H, T, d_k, dtype=dtype).requires_grad_(True)
+    k = randn(B, H_kv, S, d_k, dtype=dtype).requires_grad_(True)
+    v = randn(B, H_kv, S, d_k, dtype=dtype).requires_grad_(True)
+    dout = randn(B, H, T, d_k, dtype=dtype)
+    kr, vr = (t.repeat_interleave(H // H_kv, dim=1) for t in (k, v))
+    scores = (q @ kr.transpose(-1, -2)) / math.sqrt(d_k)
+    scores = scores.masked_fill(~band_mask(T, S, W), float("-inf"))
+    o = torch.softmax(scores, dim=-1) @ vr
+    (o * dout).sum().backward()
+    meta = {"window": W}
+    tensors = {"q": q, "k": k, "v": v, "dout": dout, "o": o, "dq": q.grad, "dk": k.grad,
+               "dv": v.grad}
+    return meta, {name: t.detach() for name, t in tensors.items()}
+
+
+def windowed_attention(q, k, v, W):
+    """causal_attention (above) with Mistral's band: heads merged back to [B, T, H·d_k]."""
+    B, H, T, d_k = q.shape
+    k, v = (t.repeat_interleave(H // t.shape[1], dim=1) for t in (k, v))
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(d_k)
+    scores = scores.masked_fill(~band_mask(T, T, W), float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, H * d_k)
+
+
+def mistral_logits(p, c, ids):
+    """llama_logits with every layer's attention limited to the last sliding_window positions:
+    Mistral (MistralForCausalLM) is LLaMA's architecture with that window."""
+    T, eps = ids.shape[1], c["norm_eps"]
+    x = nnf.embedding(ids, p["embed_tokens.weight"])
+    cos, sin = hf_rotary_cos_sin(c["head_dim"], torch.arange(T), float(c["rope_theta"]), x.dtype)
+    for i in range(c["n_layers"]):
+        w = {name[len(f"layers.{i}."):]: t for name, t in p.items()
+             if name.startswith(f"layers.{i}.")}
+        a = rms_norm(x, w["input_layernorm.weight"], eps)
+        q, k, v = split_heads(nnf.linear(a, w["self_attn.qkv.weight"]), c)
+        q, k = apply_rotary_pos_emb(q, cos, sin), apply_rotary_pos_emb(k, cos, sin)
+        o = windowed_attention(q, k, v, c["sliding_window"])
+        x = x + nnf.linear(o, w["self_attn.proj.weight"])
+        m = rms_norm(x, w["post_attention_layernorm.weight"], eps)
+        gated = nnf.silu(nnf.linear(m, w["mlp.gate.weight"])) * nnf.linear(m, w["mlp.up.weight"])
+        x = x + nnf.linear(gated, w["mlp.down.weight"])
+    return nnf.linear(rms_norm(x, p["norm.weight"], eps), p["lm_head.weight"])
+
+
+MODELS["mistral"] = (llama_parameter_shapes, mistral_logits)
+# The model block's LLaMA (weights_llama.txt, its tokens) with a window of 5 of its 16 positions.
+MISTRAL_WINDOW = 5
+
+
+def generate_sliding_window(root: Path):
+    """<f32|f64>_<case>.txt: banded attention, forward and gradients; <f32|f64>_mistral.txt: the
+    model block's tiny LLaMA (weights in model/weights_llama.txt) run with sliding_window 5, its
+    logits, loss and every gradient, in the model block's format."""
+    written = generate_seeded_cases(root, "sliding_window", [
+        (base, lambda dtype, seed, c=case: sliding_window_fixture(*c, dtype, seed))
+        for base, *case in SLIDING_WINDOW_CASES])
+    c, weights, ids, targets = model_weights_and_tokens("llama")
+    c = dict(c, sliding_window=MISTRAL_WINDOW)
+    meta = {key: repr(v) if isinstance(v, float) else v for key, v in c.items()}
+    with torch.no_grad():
+        full = llama_logits(weights, c, ids)
+    runs = {}
+    for prefix, dtype in DTYPES.items():
+        copy = {n: w.clone() for n, w in weights.items()}
+        runs[prefix] = model_run("mistral", copy, ids, targets, dtype, c)
+        path = root / "sliding_window" / f"{prefix}_mistral.txt"
+        written[path] = write_fixture(path, f"{prefix}_mistral", dtype, meta, runs[prefix])
+    assert torch.allclose(runs["f32"]["logits"].double(), runs["f64"]["logits"], atol=1e-5)
+    # The window must change the model visibly, and only after position W − 1.
+    moved = (runs["f64"]["logits"] - full).abs()
+    assert moved[:, :MISTRAL_WINDOW].max().item() == 0.0, "the first W positions see every key"
+    assert moved.max().item() > 1e-3 * full.abs().max().item(), moved.max().item()
+    print(f"mistral: logits moved {moved.max().item()!r} from llama's "
+          f"(max |logit| {full.abs().max().item()!r})")
+    return written
+
+
+BLOCKS["sliding_window"] = generate_sliding_window
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("blocks", nargs="*", metavar="block",

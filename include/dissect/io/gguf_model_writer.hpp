@@ -67,7 +67,8 @@ inline std::vector<std::pair<std::string, GgufValue>> gguf_model_metadata(const 
 }
 
 /// Writes `model` (a GPT2Model or LlamaModel) as a GGUF file at `path`.
-/// @throws ConfigError for a mixture of experts (MixtralModel: not written yet); naming the tensor
+/// @throws ConfigError for a mixture of experts (MixtralModel: not written yet) or a sliding
+///         window (Mistral: llama's GGUF has no key for it); naming the tensor
 /// when options.type's blocks do not divide its rows, or
 ///         a type dissect cannot encode; Error as save_gguf.
 template <class Model>
@@ -83,6 +84,12 @@ void save_gguf_model(const std::filesystem::path& path, const Model& model,
                              c.n_experts,
                              " experts) cannot be written as GGUF yet; convert it to a Hugging "
                              "Face checkpoint or save_model instead"));
+  }
+  if (c.sliding_window) {
+    // llama.cpp's llama architecture reads no window: the file would run another model past W.
+    throw ConfigError(concat(where, ": a sliding window (W = ", *c.sliding_window,
+                             ") has no key in GGUF's ", family_name(config.family),
+                             " architecture; convert it to a Hugging Face checkpoint instead"));
   }
   if (!ggml_type_info(options.type).decoded_by_dissect) {
     throw ConfigError(concat(where, ": dissect does not encode ", ggml_type_name(options.type)));

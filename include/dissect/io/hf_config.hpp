@@ -5,12 +5,16 @@
 // scale_attn_by_inverse_layer_idx) and "llama" (hidden_size, intermediate_size,
 // num_attention_heads, num_key_value_heads, num_hidden_layers, vocab_size,
 // max_position_embeddings, rms_norm_eps, rope_theta, tie_word_embeddings, attention_bias,
-// hidden_act) and "mixtral" (llama's keys plus num_local_experts, num_experts_per_tok; a
-// sliding_window shorter than max_position_embeddings is refused; router_aux_loss_coef,
-// output_router_logits and router_jitter_noise concern training in transformers and are not
-// read). A setting dissect's models do not implement (another activation, RoPE scaling,
-// biases on attention but not the MLP) is a ConfigError naming the key, never a silently
-// different model.
+// hidden_act) and "mixtral" (llama's keys plus num_local_experts, num_experts_per_tok and
+// sliding_window; router_aux_loss_coef, output_router_logits and router_jitter_noise concern
+// training in transformers and are not read). "mistral" is read as the llama family with its
+// sliding_window (MistralForCausalLM is LlamaForCausalLM's layers and tensor names with every
+// query limited to its last W positions; MistralConfig's default W is 4096, null means none), so
+// it loads into a LlamaModel, which honours TransformerConfig::sliding_window; a LLaMA saved with
+// a window is written back as "mistral". A llama config.json's sliding_window, a key LlamaConfig
+// does not have, is ignored, as transformers ignores it. A setting dissect's models do not
+// implement (another activation, RoPE scaling, biases on attention but not the MLP) is a
+// ConfigError naming the key, never a silently different model.
 //
 // GPT-2's two attention switches become TransformerConfig::score_scaling, as GPT2Attention applies
 // them: scale_attn_weights: false → scale 1 (no 1/√d_k), scale_attn_by_inverse_layer_idx: true →
@@ -69,14 +73,16 @@ inline bool has_llama_layout(ModelFamily family) {
   return style_of(family).positions == Positions::rotary;
 }
 
-/// The family config.json's model_type names. @throws ConfigError naming `source` otherwise.
+/// The family config.json's model_type names ("mistral": llama, whose models honour a sliding
+/// window). @throws ConfigError naming `source` otherwise.
 inline ModelFamily family_from_name(std::string_view name, std::string_view source) {
   for (ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama, ModelFamily::mixtral}) {
     if (name == family_name(family)) return family;
   }
-  throw ConfigError(
-      dissect::detail::concat(source, ": model_type \"", name,
-                              "\" is not one dissect builds (known: gpt2, llama, mixtral)"));
+  if (name == "mistral") return ModelFamily::llama;
+  throw ConfigError(dissect::detail::concat(
+      source, ": model_type \"", name,
+      "\" is not one dissect builds (known: gpt2, llama, mistral, mixtral)"));
 }
 
 /// Checks that a file of `family` can fill a Model (GPT2Model, LlamaModel, MixtralModel).
@@ -117,6 +123,8 @@ class ConfigReader {
       : json_(json), source_(source) {}
 
   bool has(const char* key) const { return json_.contains(key) && !json_.at(key).is_null(); }
+  /// Whether the key is there at all, null included.
+  bool present(const char* key) const { return json_.contains(key); }
 
   index_t count(const char* key) const {
     const auto& value = at(key);
@@ -267,12 +275,16 @@ inline TransformerConfig mixtral_from(const ConfigReader& r) {
   c.n_experts = r.count("num_local_experts");
   c.experts_per_token = r.count("num_experts_per_tok");
   if (c.n_experts < 1) r.fail("num_local_experts", "must be >= 1", r.value("num_local_experts"));
-  // Mistral's sliding window: attention to the last W positions only. Without it implemented,
-  // a window shorter than the context would be another model past W tokens.
-  if (r.has("sliding_window") && r.count("sliding_window") < c.context) {
-    r.fail("sliding_window", "shorter than max_position_embeddings is not supported",
-           r.value("sliding_window"));
-  }
+  // MixtralConfig's sliding_window defaults to null: full causal attention.
+  c.sliding_window = r.optional_count("sliding_window");
+  return c;
+}
+
+inline TransformerConfig mistral_from(const ConfigReader& r) {
+  TransformerConfig c = llama_from(r);  // MistralConfig's other defaults are LlamaConfig's
+  // MistralConfig: sliding_window = 4096 when the key is absent; an explicit null turns it off.
+  c.sliding_window = r.present("sliding_window") ? r.optional_count("sliding_window")
+                                                 : std::optional<index_t>(4096);
   return c;
 }
 
@@ -284,7 +296,9 @@ inline HfConfig parse_hf_config(const nlohmann::json& json, std::string_view sou
   }
   const detail::ConfigReader reader(json, source);
   HfConfig result{family_from_name(reader.text("model_type", ""), source), {}};
+  const bool mistral = reader.text("model_type", "") == "mistral";
   result.config = result.family == ModelFamily::gpt2    ? detail::gpt2_from(reader)
+                  : mistral                             ? detail::mistral_from(reader)
                   : result.family == ModelFamily::llama ? detail::llama_from(reader)
                                                         : detail::mixtral_from(reader);
   try {

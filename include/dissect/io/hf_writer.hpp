@@ -30,12 +30,17 @@
 namespace dissect {
 
 /// `model` as a config.json object that parse_hf_config reads back to the same config.
+/// A LLaMA with a sliding window is written as "mistral".
 /// @throws ConfigError for a config transformers' GPT2Config or LlamaConfig cannot say (a GPT-2
-///         with a scale other than 1/√d_k or 1, or with gated FFN; a LLaMA with score scaling).
+///         with a scale other than 1/√d_k or 1, with gated FFN or a sliding window; a LLaMA with
+///         score scaling, or with both a window and biases).
 inline nlohmann::json hf_config_json(const HfConfig& model) {
   const TransformerConfig& c = model.config;
   const detail::SizeKeys& keys = detail::hf_size_keys(model.family);
-  nlohmann::json json = {{"model_type", std::string(family_name(model.family))}};
+  // A LLaMA with a sliding window is Mistral (MistralConfig: LlamaConfig's keys + sliding_window).
+  const bool mistral = model.family == ModelFamily::llama && c.sliding_window;
+  nlohmann::json json = {
+      {"model_type", mistral ? std::string("mistral") : std::string(family_name(model.family))}};
   using Size = detail::SizeKeys::Size;
   json[keys[Size::d_model]] = c.d_model;
   json[keys[Size::n_layers]] = c.n_layers;
@@ -55,6 +60,9 @@ inline nlohmann::json hf_config_json(const HfConfig& model) {
     json["activation_function"] = "gelu_new";
     json["scale_attn_weights"] = !c.score_scaling.scale.has_value();
     json["scale_attn_by_inverse_layer_idx"] = c.score_scaling.inverse_layer_index;
+    if (c.sliding_window) {
+      throw ConfigError("hf_config_json: GPT2Config has no key for a sliding window");
+    }
   } else {
     if (c.score_scaling != ScoreScaling{}) {
       throw ConfigError("hf_config_json: LlamaConfig has no key for score scaling");
@@ -69,7 +77,12 @@ inline nlohmann::json hf_config_json(const HfConfig& model) {
       json.erase("attention_bias");
       json["num_local_experts"] = c.n_experts;
       json["num_experts_per_tok"] = c.experts_per_token;
-      json["sliding_window"] = nullptr;
+      json["sliding_window"] = c.sliding_window ? nlohmann::json(*c.sliding_window) : nullptr;
+    } else if (mistral) {
+      if (c.bias) throw ConfigError("hf_config_json: MistralConfig has no key for biases");
+      json.erase("mlp_bias");
+      json.erase("attention_bias");
+      json["sliding_window"] = *c.sliding_window;
     }
   }
   return json;

@@ -92,6 +92,7 @@ inline nlohmann::json config_to_json(const TransformerConfig& c) {
     json["n_experts"] = c.n_experts;
     json["experts_per_token"] = c.experts_per_token;
   }
+  if (c.sliding_window) json["sliding_window"] = *c.sliding_window;
   if (!c.score_scaling.is_default()) {
     nlohmann::json scaling = {{"inverse_layer_index", c.score_scaling.inverse_layer_index}};
     if (c.score_scaling.scale) scaling["scale"] = *c.score_scaling.scale;
@@ -129,6 +130,7 @@ inline TransformerConfig config_from_json(const nlohmann::json& json, std::strin
     c.n_experts = r.count("n_experts");
     c.experts_per_token = r.count("experts_per_token");
   }
+  c.sliding_window = r.optional_count("sliding_window");
   if (r.has("score_scaling")) {
     const auto& scaling = r.value("score_scaling");
     if (!scaling.is_object()) r.fail("score_scaling", "must be a JSON object", scaling);

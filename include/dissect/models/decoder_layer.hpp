@@ -9,7 +9,9 @@
 // scores' scale, which can depend on the layer's index in its model
 // (TransformerConfig::score_scale). Three forwards: training (keeps what backward needs), inference
 // (online-softmax attention, nothing kept) and decoding with a KV cache; all three scale the scores
-// alike, and backward by the scale its forward used.
+// alike, and backward by the scale its forward used. A config's sliding_window W (Mistral's) limits
+// every query to its last W positions in all of them: over a full KVCache by the band mask, or
+// with a RollingKVCache that holds only those W.
 #pragma once
 
 #include <optional>
@@ -30,6 +32,7 @@
 #include "dissect/models/styles.hpp"
 #include "dissect/module.hpp"
 #include "dissect/norm.hpp"
+#include "dissect/rolling_kv_cache.hpp"
 #include "dissect/rope.hpp"
 #include "dissect/tensor.hpp"
 
@@ -85,6 +88,8 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
   /// (config.score_scale(index)).
   index_t index() const { return index_; }
   double score_scale() const { return score_scale_; }
+  /// The sliding window W of its attention (config.sliding_window; unset: full causal).
+  std::optional<index_t> sliding_window() const { return window_; }
 
   NormType& attention_norm() { return norm1_; }
   const NormType& attention_norm() const { return norm1_; }
@@ -124,9 +129,16 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
 
   /// Inference: as the training forward, keeping nothing (attention by online softmax). With a
   /// KV cache, x holds the T positions after kv->length(): their k and v are written to layer
-  /// `layer` of the cache (whose length the model advances) and q attends to every position held.
+  /// `layer` of the cache (whose length the model advances) and q attends to every position held
+  /// (with a sliding window, to its last W: the band mask over the full cache).
   Tensor<Scalar, 3> infer(ConstTensorView<Scalar, 3> x, const RotaryTable<Scalar>* rope,
                           KVCache<Scalar>* kv, index_t layer, ShapeTrace* trace = nullptr) const;
+
+  /// Inference with a rolling cache (a windowed config): x holds the T positions after
+  /// kv.length(); q attends to the window's keys, from the ring and this step, and the step's k
+  /// and v replace the ring's oldest (RollingKVCache::attend).
+  Tensor<Scalar, 3> infer(ConstTensorView<Scalar, 3> x, const RotaryTable<Scalar>* rope,
+                          RollingKVCache<Scalar>& kv, index_t layer) const;
 
  private:
   friend class ComposedModule<DecoderLayer>;
@@ -159,6 +171,7 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
 
   index_t index_;
   double score_scale_;
+  std::optional<index_t> window_;
   NormType norm1_;
   QKVProjection<Scalar> qkv_;
   AttentionOutput<Scalar> proj_;
@@ -228,6 +241,7 @@ DecoderLayer<Scalar, Style>::DecoderLayer(const TransformerConfig& config, std::
                                           index_t index)
     : index_(index),
       score_scale_((check_style(Style.layer_name, Style, config), config.score_scale(index))),
+      window_(config.sliding_window),
       norm1_(config.d_model, config.norm_eps.value_or(NormType::default_eps)),
       qkv_(config.d_model, config.n_heads,
            QKVOptions{.n_kv_heads = config.kv_heads(), .bias = config.bias, .seed = seed}),
@@ -259,8 +273,8 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::forward(ConstTensorView<Scalar, 3
   cache.normed1 = norm1_.forward(x, cache.norm1);
   cache.qkv = qkv_.forward(cache.normed1);
   rotate(cache.qkv, 0, rope);
-  cache.attended =
-      causal_attention(cache.qkv.q, cache.qkv.k, cache.qkv.v, cache.attention, score_scale_);
+  cache.attended = causal_attention(cache.qkv.q, cache.qkv.k, cache.qkv.v, cache.attention,
+                                    score_scale_, window_);
   detail::trace_attention(trace, cache.qkv, cache.qkv.k.dim(2));
   cache.residual = proj_.forward(cache.attended);
   detail::trace_stage(trace, stage::head_merge, cache.residual.shape());
@@ -282,7 +296,7 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::backward(ConstTensorView<Scalar, 
       norm2_.backward(cache.residual, cache.norm2, ffn_.backward(cache.normed2, cache.ffn, dy));
   detail::add_into<Scalar>(d_residual, dy);
   // Through attention and its residual: dx = d x₂ + norm₁ᵀ(QKVᵀ(attentionᵀ(W_Oᵀ d x₂))); the
-  // attention cache holds the forward's score scale.
+  // attention cache holds the forward's score scale and window.
   auto grads = causal_attention_backward(cache.qkv.q, cache.qkv.k, cache.qkv.v, cache.attention,
                                          proj_.backward(cache.attended, d_residual));
   if constexpr (Style.positions == Positions::rotary) {
@@ -329,12 +343,29 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::infer(ConstTensorView<Scalar, 3> 
     detail::trace_attention(trace, qkv, keys);
     causal_attention_heads_into<Scalar>(heads_of(qkv.q.cview()), kv->keys(layer, keys),
                                         kv->values(layer, keys), heads_of(attended.view()),
-                                        x.dim(0), score_scale_);
+                                        x.dim(0), score_scale_, window_);
   } else {
     detail::trace_attention(trace, qkv, qkv.k.dim(2));
-    causal_attention_into(qkv.q, qkv.k, qkv.v, attended, score_scale_);
+    causal_attention_into(qkv.q, qkv.k, qkv.v, attended, score_scale_, window_);
   }
   return finish(x, attended, trace);
+}
+
+template <class Scalar, const DecoderStyle& Style>
+Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::infer(ConstTensorView<Scalar, 3> x,
+                                                     const RotaryTable<Scalar>* rope,
+                                                     RollingKVCache<Scalar>& kv,
+                                                     index_t layer) const {
+  if (kv.window() != window_.value_or(0)) {
+    throw ShapeError(
+        detail::concat(Style.layer_name, "::infer: the rolling KV cache holds W = ", kv.window(),
+                       " positions, this layer's window is ", window_.value_or(0), " (0: none)"));
+  }
+  auto qkv = qkv_.forward(norm1_.forward(x));
+  rotate(qkv, kv.length(), rope);
+  auto attended = Tensor<Scalar, 4>::uninitialized(qkv.q.shape());
+  kv.attend(layer, qkv.q, qkv.k, qkv.v, attended, score_scale_);
+  return finish(x, attended, nullptr);
 }
 
 }  // namespace dissect

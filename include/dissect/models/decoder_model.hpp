@@ -101,6 +101,21 @@ class DecoderModel : public ComposedModule<DecoderModel<Scalar, Style>> {
     return {};
   }
 
+  /// Decoding with a rolling cache (a config with a sliding_window): as forward(tokens, KVCache&),
+  /// but the cache holds only the last W positions, so its memory stays W's however long the
+  /// sequence (up to the context, which RoPE's table and the positions still bound).
+  /// @throws ShapeError if kv was built for another config or batch; as check_tokens otherwise.
+  ///         Nothing (kv included) changes when these checks refuse the step; a step that throws
+  ///         later (a MoE's non-finite router logit) may have overwritten ring slots a retry of a
+  ///         prompt step would read: clear() the cache then.
+  Tensor<Scalar, 3> forward(TokenBatch tokens, RollingKVCache<Scalar>& kv) const;
+
+  /// A rolling cache of the config's sliding_window positions for `batch` sequences.
+  /// @throws ConfigError if the config has no sliding_window.
+  RollingKVCache<Scalar> make_rolling_kv_cache(index_t batch) const {
+    return RollingKVCache<Scalar>(config_, batch);
+  }
+
   /// A KV cache for this model and `batch` sequences of up to `capacity` positions (default:
   /// the config's context).
   KVCache<Scalar> make_kv_cache(index_t batch,
@@ -310,6 +325,20 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens,
   auto x = embed(tokens, kv.length());  // the last check: every id in range
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     x = layers_.at(i).infer(x, rope(), &kv, static_cast<index_t>(i));
+  }
+  kv.advance(tokens.seq);
+  return logits_of(final_norm_.forward(x), nullptr);
+}
+
+template <class Scalar, const DecoderStyle& Style>
+Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens,
+                                                       RollingKVCache<Scalar>& kv) const {
+  const std::string op = detail::concat(Style.model_name, "::forward (rolling KV cache)");
+  kv.check_step(op, config_, tokens.batch, tokens.seq);
+  check_tokens(op, tokens, kv.length());
+  auto x = embed(tokens, kv.length());  // the last check: every id in range
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    x = layers_.at(i).infer(x, rope(), kv, static_cast<index_t>(i));
   }
   kv.advance(tokens.seq);
   return logits_of(final_norm_.forward(x), nullptr);

@@ -450,6 +450,12 @@ Layer load_parallel_layer(const SafetensorsFile& file, std::string_view prefix,
   // Every check and every read is local: one agreement settles them all before any collective.
   comm.agree(op, [&] {
     check_style(style.layer_name, style, config);
+    if (config.sliding_window) {
+      // The tensor-parallel attention reads every earlier position: a window would be ignored.
+      throw ConfigError(dissect::detail::concat(op, ": config.sliding_window is ",
+                                                *config.sliding_window,
+                                                "; the tensor-parallel layers have no window yet"));
+    }
     // The index matters only to a scale that depends on it (and "h.7." of a 2-layer config must
     // stay the missing-tensor Error it is otherwise).
     score_scale = config.score_scale(config.score_scaling.inverse_layer_index
