@@ -247,6 +247,10 @@ void online_causal_attention(HeadMatrices<const Scalar> q, HeadMatrices<const Sc
             const Scalar new_max = std::max(row_max[r], tile.row(r).maxCoeff());
             const Scalar correction = std::exp(row_max[r] - new_max);
             tile.row(r) = (tile.row(r).array() - new_max).exp().matrix();
+            // Exactly 0 where masked: Eigen's vectorised exp returns a denormal for −inf (2.9e-39
+            // in float on SSE2, 5.6e-309 in double), not the 0 the softmax's definition gives.
+            if (visible < cols) tile.row(r).tail(cols - visible).setZero();
+            if (hidden > 0) tile.row(r).head(hidden).setZero();
             row_sum[r] = row_sum[r] * correction + tile.row(r).sum();
             acc.row(r) *= correction;
             row_max[r] = new_max;
