@@ -138,6 +138,29 @@ TYPED_TEST(Attention, LargeScoresDoNotOverflowTheSoftmax) {
   EXPECT_TENSOR_WITHIN(causal_attention(q, k, v), expected, bound);
 }
 
+TYPED_TEST(Attention, MaskedKeysWeighExactlyNothing) {
+  // A future key's huge value must not reach an earlier query: the masked weight is exactly 0
+  // (Eigen's vectorised exp of −inf is a denormal, 2.9e-39 in float on SSE2 and 5.6e-309 in
+  // double: times 1e38 or 1e300 that would show). The first query sees key 0 alone, so its
+  // output is v's row 0 exactly.
+  const TypeParam huge = std::is_same_v<TypeParam, float> ? TypeParam(1e38) : TypeParam(1e300);
+  for (const index_t tokens : {3, 70}) {
+    for (const std::optional<index_t> window :
+         {std::optional<index_t>{}, std::optional<index_t>{2}}) {
+      const Case c{1, 1, 1, tokens, tokens, 4};
+      auto [q, k, v] = inputs_for<TypeParam>(c, 3);
+      for (index_t d = 0; d < 4; ++d) v(0, 0, tokens - 1, d) = huge;
+      const auto online = causal_attention(q, k, v, std::nullopt, window);
+      AttentionCache<TypeParam> cache;
+      const auto training = causal_attention(q, k, v, cache, std::nullopt, window);
+      for (index_t d = 0; d < 4; ++d) {
+        EXPECT_EQ(online(0, 0, 0, d), v(0, 0, 0, d)) << "T=" << tokens << " d=" << d;
+        EXPECT_EQ(training(0, 0, 0, d), v(0, 0, 0, d)) << "T=" << tokens << " d=" << d;
+      }
+    }
+  }
+}
+
 TEST(Attention, BackwardMatchesFiniteDifferences) {
   for (const Case& c : {Case{2, 4, 2, 5, 5, 4}, Case{1, 2, 1, 3, 7, 6}, Case{1, 3, 1, 66, 66, 2}}) {
     SCOPED_TRACE(testing::concat_for_trace("H=", c.heads, " H_kv=", c.kv_heads, " T=", c.tokens,
