@@ -452,7 +452,7 @@ TYPED_TEST(ModelAlgebra, TiedEmbeddingReceivesTheHeadsAndTheLookupsGradients) {
 
 /// d loss / d parameter by central differences in double, on a sample of every parameter.
 template <class Model>
-void expect_gradients_match_finite_differences(const TransformerConfig& config) {
+void expect_gradients_match_finite_differences(const TransformerConfig& config, index_t seq = 6) {
   Model model(config, {.init_std = 0.3, .seed = 21});
   // Non-trivial norm weights and biases, so their gradients are not the trivial ones.
   std::mt19937_64 engine(2);
@@ -461,13 +461,16 @@ void expect_gradients_match_finite_differences(const TransformerConfig& config) 
       for (auto& x : value) x += std::uniform_real_distribution<double>(-0.3, 0.3)(engine);
     }
   });
-  const index_t batch = 2, seq = 6;
+  const index_t batch = 2;
   const auto ids = random_ids(static_cast<std::size_t>(batch * seq), config.vocab, 3);
   const auto targets = random_ids(ids.size(), config.vocab, 4);
   const TokenBatch tokens{ids, batch, seq};
   typename Model::Cache cache;
   model.zero_grad();
   model.loss_and_backward(tokens, targets, cache);
+  for (const auto& layer : cache.layers) {  // which attention the training forward ran
+    EXPECT_EQ(layer.flash.lse.size() > 0, flash_attention_pays(seq)) << "T = " << seq;
+  }
   const auto loss = [&] {
     const auto logits = model.forward(tokens);
     return cross_entropy(logits.cview().reshape(Shape<2>{-1, config.vocab}), targets);
@@ -496,6 +499,17 @@ TEST(Models, Gpt2WithScoreScalingGradientsMatchFiniteDifferences) {
 
 TEST(Models, LlamaGradientsMatchFiniteDifferences) {
   expect_gradients_match_finite_differences<LlamaModel<double>>(small_llama());
+}
+
+// From flash_attention_min_tokens on, the decoder layer trains with flash attention (P never
+// kept): the same gradients, at T = 130 (three 64-row tiles, the last of 2 rows).
+TEST(Models, LlamaGradientsMatchFiniteDifferencesOnTheFlashAttentionPath) {
+  auto config = small_llama();
+  config.context = 130;
+  expect_gradients_match_finite_differences<LlamaModel<double>>(config, 130);
+  auto gpt2 = scaled_gpt2(std::nullopt, true);  // the per-layer scale reaches flash's backward
+  gpt2.context = 130;
+  expect_gradients_match_finite_differences<GPT2Model<double>>(gpt2, 130);
 }
 
 // ---- bad input: a clear error and no change ----------------------------------------------------

@@ -103,6 +103,20 @@ void flash_attention_heads_into(HeadMatrices<const Scalar> q, HeadMatrices<const
 index_t flash_attention_flops(index_t batch, index_t n_heads, index_t tokens, index_t keys,
                               index_t head_dim, bool causal);
 
+/// Whether training attention over T tokens runs faster as flash attention than materialised
+/// (causal_attention with a cache, then causal_attention_backward): T >= 128. Measured with
+/// bench_attention's train/ cases (forward + backward, float, 1 thread, the machine busy): the
+/// mini-GPT's B = 8, H = 4, d_k = 32 took 3.5 / 10.4 / 20.0 / 54 / 227 / 811 ms by flash
+/// against 2.9 / 6.1 / 20.6 / 69 / 388 / 1737 ms materialised at T = 32 / 64 / 128 / 256 /
+/// 512 / 1024, and B = 4, H = 4, d_k = 64 1.7 / 4.3 / 14.9 / 40 / 135 / 644 against
+/// 1.1 / 4.1 / 17.1 / 43 / 228 / 1158 ms. Below 128 tokens a head is one or two 64-row tiles,
+/// and recomputing its scores costs more than keeping P; from 128 on flash is as fast or faster
+/// and its memory is O(T) instead of O(T²).
+inline constexpr index_t flash_attention_min_tokens = 128;
+inline bool flash_attention_pays(index_t tokens) {
+  return tokens >= flash_attention_min_tokens;
+}
+
 namespace detail {
 
 /// The tiles: 64 query rows × 64 keys keep a [64, 64] score tile (16 KB in float) in L1 beside
