@@ -33,12 +33,11 @@ struct Case {
 // T = 1 (a decoding step, alone and after 76 positions), 63 and 65 (one short of and one past a
 // 64-row tile), 130 (three tiles), S > T (a KV-cache offset of 135), GQA 4/2 and 4/1, d_k 8, 64.
 // Under the sanitizers (-O0, where the plain-loop reference is ~30× slower) the d_k = 64 cases
-// are left out: the tiles' indexing is the same at d_k = 8.
+// and one of the two three-tile ones are left out: the tiles' indexing is the same at d_k = 8.
 const std::vector<Case> cases = {
-    {1, 4, 2, 1, 1, 8},     {1, 4, 1, 1, 77, 8},    {2, 4, 2, 63, 63, 8},
-    {1, 2, 2, 130, 130, 8}, {2, 2, 1, 130, 131, 8},
+    {1, 4, 2, 1, 1, 8},     {1, 4, 1, 1, 77, 8},   {2, 4, 2, 63, 63, 8},   {2, 2, 1, 130, 131, 8},
 #if !defined(DISSECT_TEST_SANITIZED)
-    {1, 4, 1, 65, 65, 64},  {1, 4, 2, 65, 200, 64},
+    {1, 2, 2, 130, 130, 8}, {1, 4, 1, 65, 65, 64}, {1, 4, 2, 65, 200, 64},
 #endif
 };
 
@@ -243,8 +242,13 @@ TEST(FlashAttention, TheCacheHoldsEachRowsLogSumExp) {
 
 TEST(FlashAttention, BackwardMatchesFiniteDifferences) {
   const std::vector<std::pair<Case, bool>> checks = {
-      {{2, 4, 2, 5, 5, 4}, true},  {{1, 4, 1, 3, 9, 6}, true},    {{1, 2, 1, 70, 70, 3}, true},
-      {{1, 2, 2, 7, 4, 4}, false}, {{1, 4, 2, 66, 67, 2}, false},
+    {{2, 4, 2, 5, 5, 4}, true},
+    {{1, 4, 1, 3, 9, 6}, true},
+    {{1, 2, 1, 70, 70, 3}, true},
+    {{1, 2, 2, 7, 4, 4}, false},
+#if !defined(DISSECT_TEST_SANITIZED)  // a second two-tile case only where it is cheap
+    {{1, 4, 2, 66, 67, 2}, false},
+#endif
   };
   for (const auto& [c, causal] : checks) {
     SCOPED_TRACE(trace_of(c, causal));
