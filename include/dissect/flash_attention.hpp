@@ -111,7 +111,8 @@ index_t flash_attention_flops(index_t batch, index_t n_heads, index_t tokens, in
 /// 512 / 1024, and B = 4, H = 4, d_k = 64 1.7 / 4.3 / 14.9 / 40 / 135 / 644 against
 /// 1.1 / 4.1 / 17.1 / 43 / 228 / 1158 ms. Below 128 tokens a head is one or two 64-row tiles,
 /// and recomputing its scores costs more than keeping P; from 128 on flash is as fast or faster
-/// and its memory is O(T) instead of O(T²).
+/// (a quieter rerun: 6.3 / 6.2 and 4.2 / 4.6 ms at T = 128, 17.5 / 21.3 and 17.1 / 18.6 at 256)
+/// and its memory is O(T) instead of O(T²). bench/README.md, "Flash attention", has the runs.
 inline constexpr index_t flash_attention_min_tokens = 128;
 inline bool flash_attention_pays(index_t tokens) {
   return tokens >= flash_attention_min_tokens;
