@@ -16,7 +16,12 @@ The same work in both, float32, B = 1, one case per row:
 - prefill / decode llama-7b-layer: LLaMA-7B shapes with one layer and a 256-token vocabulary
   (embedding, RMSNorm, fused qkv as dissect's QKVProjection, RoPE in rotate_half form, causal
   attention, o_proj, RMSNorm, SwiGLU with separate gate and up, RMSNorm, untied head);
-- attention T=512|2048|4096: causal scaled-dot-product attention of [1, 12, T, 64] q, k, v.
+- attention T=512|2048|4096: causal scaled-dot-product attention of [1, 12, T, 64] q, k, v;
+- flash_fwd / flash_bwd T=512 … 8192: causal attention of [1, 8, T, 64] q, k, v, its forward and
+  its backward alone (torch: autograd.grad of the kept graph with a given dout; T ≤ 4096 for the
+  backward, whose [T, T] weights and their gradient take 2 GiB at 8192), against
+  bench_attention's attention/flash_fwd and attention/flash_bwd (--dissect-attention); backward
+  counted as 2.5 × the forward's FLOPs.
 
 Attention is F.scaled_dot_product_attention where torch has it (2.0 and later), else torch
 1.13's F._scaled_dot_product_attention, whose CPU path materialises the [T, T] weights.
@@ -46,6 +51,8 @@ from dataclasses import dataclass
 GPT2 = dict(d_model=768, layers=12, heads=12, vocab=50257, context=1024)
 LLAMA_LAYER = dict(d_model=4096, layers=1, heads=32, d_ff=11008, vocab=256, context=2048)
 ATTENTION = dict(heads=12, head_dim=64)
+FLASH = dict(heads=8, head_dim=64)
+FLASH_KINDS = ("flash_fwd", "flash_bwd")
 
 
 @dataclass(frozen=True)
@@ -61,13 +68,15 @@ class Case:
 
     @property
     def unit(self):
-        return "GFLOP/s" if self.kind == "attention" else "tokens/s"
+        return "GFLOP/s" if self.kind in ("attention", *FLASH_KINDS) else "tokens/s"
 
     @property
     def dissect_prefix(self):
         """The dissect benchmark's name up to /threads=."""
         if self.kind == "attention":
             return f"attention/dissect/T={self.size}"
+        if self.kind in FLASH_KINDS:
+            return f"attention/{self.kind}/T={self.size}"
         return f"{self.kind}/{self.model}/{self.key}={self.size}"
 
 
@@ -76,6 +85,8 @@ CASES += [Case("decode", "gpt2-small", "context", c) for c in (128, 1023)]
 CASES += [Case("prefill", "llama-7b-layer", "T", t) for t in (128, 512)]
 CASES += [Case("decode", "llama-7b-layer", "context", c) for c in (128, 1024)]
 CASES += [Case("attention", "", "T", t) for t in (512, 2048, 4096)]
+CASES += [Case("flash_fwd", "", "T", t) for t in (512, 1024, 2048, 4096, 8192)]
+CASES += [Case("flash_bwd", "", "T", t) for t in (512, 1024, 2048, 4096)]
 
 
 def causal_attention_flops(batch, heads, tokens, keys, head_dim):
@@ -294,6 +305,24 @@ def torch_worker(threads, cases, runs, warmup):
             flops = causal_attention_flops(1, ATTENTION["heads"], case.size, case.size,
                                            ATTENTION["head_dim"])
             record(case, seconds, count, flops / seconds / 1e9)
+        for case in (c for c in cases if c.kind in FLASH_KINDS):
+            shape = (1, FLASH["heads"], case.size, FLASH["head_dim"])
+            flops = causal_attention_flops(1, FLASH["heads"], case.size, case.size,
+                                           FLASH["head_dim"])
+            if case.kind == "flash_fwd":
+                q, k, v = (torch.randn(*shape, generator=generator) for _ in range(3))
+                seconds, count = time_median(lambda: sdpa(q, k, v, True))
+                record(case, seconds, count, flops / seconds / 1e9)
+                continue
+            with torch.inference_mode(False), torch.enable_grad():
+                q, k, v = (torch.randn(*shape, generator=generator).requires_grad_(True)
+                           for _ in range(3))
+                dout = torch.randn(*shape, generator=generator)
+                out = sdpa(q, k, v, True)
+                seconds, count = time_median(
+                    lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+                del out
+            record(case, seconds, count, 2.5 * flops / seconds / 1e9)
 
     return dict(threads=threads, torch=torch.__version__, attention=sdpa_name,
                 torch_threads=torch.get_num_threads(),
@@ -352,7 +381,7 @@ def run_dissect(binary, cases, threads, args):
         if not match or match[1] not in by_prefix:
             continue
         case = by_prefix[match[1]]
-        rate = bench["GFLOP/s"] / 1e9 if case.kind == "attention" else bench["tokens_per_second"]
+        rate = bench["GFLOP/s"] / 1e9 if case.unit == "GFLOP/s" else bench["tokens_per_second"]
         results[(case.name, int(match[2]))] = rate
     return context, data.get("context", {}), results
 
@@ -363,6 +392,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dissect", help="the bench_transformer binary (omit: torch only)")
+    parser.add_argument("--dissect-attention",
+                        help="the bench_attention binary, for the flash_* cases (omit: torch only)")
     parser.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
     parser.add_argument("--cases", default=".", help="regex over case names, e.g. 'decode'")
     parser.add_argument("--runs", type=int, default=5, help="torch: timed runs at least (5)")
@@ -388,8 +419,14 @@ def main():
         log(f"torch, {n} thread(s):")
         torch_runs[n] = run_torch(n, cases, args)
     dissect = {}
-    if args.dissect:
-        context_text, context, dissect = run_dissect(args.dissect, cases, threads, args)
+    flash_cases = [case for case in cases if case.kind in FLASH_KINDS]
+    other_cases = [case for case in cases if case.kind not in FLASH_KINDS]
+    if args.dissect and other_cases:
+        context_text, context, dissect = run_dissect(args.dissect, other_cases, threads, args)
+    if args.dissect_attention and flash_cases:
+        context_text, context, flash = run_dissect(args.dissect_attention, flash_cases, threads,
+                                                   args)
+        dissect.update(flash)
     load_after = os.getloadavg()
 
     first = torch_runs[threads[0]]
@@ -398,7 +435,7 @@ def main():
         print(f"  {n} thread(s): torch.get_num_threads() = {run['torch_threads']}, interop "
               f"{run['interop_threads']}, OMP/OPENBLAS/MKL_NUM_THREADS = {n}; {run['blas']}")
     print(f"  OPENBLAS_CORETYPE = {os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
-    if args.dissect:
+    if args.dissect or args.dissect_attention:
         print(context_text.rstrip())
         print(f"  date {context.get('date', '?')}, host {context.get('host_name', '?')}")
     print(f"load average (1, 5, 15 min): before {' '.join(f'{x:.2f}' for x in load_before)}, "

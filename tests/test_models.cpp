@@ -537,9 +537,12 @@ TYPED_TEST(ModelAlgebra, TiedEmbeddingReceivesTheHeadsAndTheLookupsGradients) {
   }
 }
 
-/// d loss / d parameter by central differences in double, on a sample of every parameter.
+/// d loss / d parameter by central differences in double, on a sample of every parameter (or of
+/// those whose name contains `only`).
 template <class Model>
-void expect_gradients_match_finite_differences(const TransformerConfig& config) {
+void expect_gradients_match_finite_differences(const TransformerConfig& config, index_t seq = 6,
+                                               const std::string& only = "",
+                                               std::int64_t sample = 12) {
   Model model(config, {.init_std = 0.3, .seed = 21});
   // Non-trivial norm weights and biases, so their gradients are not the trivial ones.
   std::mt19937_64 engine(2);
@@ -548,22 +551,26 @@ void expect_gradients_match_finite_differences(const TransformerConfig& config) 
       for (auto& x : value) x += std::uniform_real_distribution<double>(-0.3, 0.3)(engine);
     }
   });
-  const index_t batch = 2, seq = 6;
+  const index_t batch = 2;
   const auto ids = random_ids(static_cast<std::size_t>(batch * seq), config.vocab, 3);
   const auto targets = random_ids(ids.size(), config.vocab, 4);
   const TokenBatch tokens{ids, batch, seq};
   typename Model::Cache cache;
   model.zero_grad();
   model.loss_and_backward(tokens, targets, cache);
+  for (const auto& layer : cache.layers) {  // which attention the training forward ran
+    EXPECT_EQ(layer.flash.lse.size() > 0, flash_attention_pays(seq)) << "T = " << seq;
+  }
   const auto loss = [&] {
     const auto logits = model.forward(tokens);
     return cross_entropy(logits.cview().reshape(Shape<2>{-1, config.vocab}), targets);
   };
   model.for_each_parameter([&](const ParameterName& name, auto value, auto grad) {
+    if (name.str().find(only) == std::string::npos) return;
     SCOPED_TRACE(name.str());
     const auto analytic = testing::snapshot(grad);
-    EXPECT_GRADIENT_OK(
-        testing::gradcheck(loss, value, analytic, {.richardson = true, .sample = 12, .seed = 5}));
+    EXPECT_GRADIENT_OK(testing::gradcheck(loss, value, analytic,
+                                          {.richardson = true, .sample = sample, .seed = 5}));
   });
 }
 
@@ -606,6 +613,19 @@ TEST(ModelErrors, ARollingCacheNeedsTheModelsWindow) {
   EXPECT_THROW_WITH(model.forward(TokenBatch{std::vector<index_t>(13, 1), 1, 13}, kv), ShapeError,
                     "exceed the model's context of 12 positions");
   EXPECT_EQ(kv.length(), 0);
+}
+
+// From flash_attention_min_tokens on, the decoder layer trains with flash attention (P never
+// kept): the same gradients, at T = 130 (three 64-row tiles, the last of 2 rows). The QKV
+// weights' gradients are dq, dk and dv's products with the layer's input; a sample of them keeps
+// the test to seconds at -O0.
+TEST(Models, LlamaGradientsMatchFiniteDifferencesOnTheFlashAttentionPath) {
+  auto config = small_llama();
+  config.context = 130;
+  expect_gradients_match_finite_differences<LlamaModel<double>>(config, 130, "qkv", 6);
+  auto gpt2 = scaled_gpt2(std::nullopt, true);  // the per-layer scale reaches flash's backward
+  gpt2.context = 130;
+  expect_gradients_match_finite_differences<GPT2Model<double>>(gpt2, 130, "qkv.weight", 6);
 }
 
 // ---- bad input: a clear error and no change ----------------------------------------------------

@@ -24,6 +24,7 @@
 #include "dissect/dtype.hpp"
 #include "dissect/embedding.hpp"
 #include "dissect/error.hpp"
+#include "dissect/flash_attention.hpp"
 #include "dissect/forward_chain.hpp"
 #include "dissect/forward_stages.hpp"
 #include "dissect/freezing.hpp"

@@ -2568,6 +2568,61 @@ def generate_sliding_window(root: Path):
 
 BLOCKS["sliding_window"] = generate_sliding_window
 
+# ---- flash_attention: softmax(s·q·kᵀ + mask)·v and its gradients, causal and not, GQA ----------
+
+
+# (name, B, H, H_kv, T, S, d_k, causal, scale or None for 1/√d_k): causal self-attention with
+# GQA 4/2; the KV-cache case (3 new queries after 8 earlier positions, GQA 4/1, the mask aligned
+# bottom-right); no mask with S ≠ T; a given scale across the 64-row tiles (T = 70).
+FLASH_ATTENTION_CASES = [
+    ("causal_b2h4kv2_t5_d8", 2, 4, 2, 5, 5, 8, True, None),
+    ("cache_b1h4kv1_t3s11_d8", 1, 4, 1, 3, 11, 8, True, None),
+    ("full_b1h2kv2_t7s9_d4", 1, 2, 2, 7, 9, 4, False, None),
+    ("full_b1h2kv1_t9s4_d4", 1, 2, 1, 9, 4, 4, False, 0.3),
+    ("causal_b1h2kv1_t70_d6_scale0.3", 1, 2, 1, 70, 70, 6, True, 0.3),
+]
+
+
+def flash_attention_fixture(B, H, H_kv, T, S, d, causal, scale, dtype, seed):
+    """Explicit math: k and v repeated over each group (repeat_interleave, as HF's repeat_kv),
+    scores masked with a bottom-right-aligned tril (query t sees keys ≤ S − T + t), softmax, ·v;
+    the gradients of Σ o ⊙ dout. Checked against torch's scaled-dot-product attention with the
+    same boolean mask before writing."""
+    torch.manual_seed(seed)
+    q = randn(B, H, T, d, dtype=dtype).requires_grad_(True)
+    k = randn(B, H_kv, S, d, dtype=dtype).requires_grad_(True)
+    v = randn(B, H_kv, S, d, dtype=dtype).requires_grad_(True)
+    dout = randn(B, H, T, d, dtype=dtype)
+    s = scale if scale is not None else 1.0 / math.sqrt(d)
+    k_rep = k.repeat_interleave(H // H_kv, dim=1)
+    v_rep = v.repeat_interleave(H // H_kv, dim=1)
+    scores = (q @ k_rep.transpose(-1, -2)) * s
+    mask = torch.ones(T, S, dtype=torch.bool)
+    if causal:
+        mask = mask.tril(diagonal=S - T)
+    o = torch.softmax(scores.masked_fill(~mask, -math.inf), dim=-1) @ v_rep
+    (o * dout).sum().backward()
+    # torch 1.13's _scaled_dot_product_attention scales by 1/√d_k only: give it q·s·√d_k.
+    sdpa, _ = torch.nn.functional._scaled_dot_product_attention(
+        q.detach() * (s * math.sqrt(d)), k_rep.detach(), v_rep.detach(), mask, 0.0, False, False)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    if not torch.allclose(sdpa, o.detach(), atol=tol, rtol=tol):
+        raise AssertionError(f"flash_attention {B, H, H_kv, T, S, d}: sdpa and the math differ")
+    meta = {"causal": "1" if causal else "0", "scale": repr(float(scale)) if scale else "default"}
+    tensors = {"q": q, "k": k, "v": v, "dout": dout, "o": o,
+               "dq": q.grad, "dk": k.grad, "dv": v.grad}
+    return meta, {name: t.detach() for name, t in tensors.items()}
+
+
+def generate_flash_attention(root: Path):
+    return generate_seeded_cases(root, "flash_attention", [
+        (base, lambda dtype, seed, c=case: flash_attention_fixture(*c, dtype, seed))
+        for base, *case in FLASH_ATTENTION_CASES])
+
+
+BLOCKS["flash_attention"] = generate_flash_attention
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("blocks", nargs="*", metavar="block",

@@ -27,6 +27,7 @@
 #include "dissect/blocks/mixture_of_experts.hpp"
 #include "dissect/blocks/qkv_projection.hpp"
 #include "dissect/config.hpp"
+#include "dissect/flash_attention.hpp"
 #include "dissect/forward_stages.hpp"
 #include "dissect/kv_cache.hpp"
 #include "dissect/models/styles.hpp"
@@ -71,7 +72,10 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
     typename NormType::Cache norm1, norm2;
     Tensor<Scalar, 3> normed1;  ///< norm₁(x): [B, T, D]
     QKV<Scalar> qkv;            ///< q, k after RoPE (if any), v
+    /// Attention's state for backward: P (attention) below flash_attention_pays' T, else the
+    /// per-row log-sum-exp (flash); the forward's T picks one, and backward's T the same.
     AttentionCache<Scalar> attention;
+    FlashAttentionCache<Scalar> flash;
     Tensor<Scalar, 4> attended;  ///< attention output per head: [B, H, T, d_k]
     Tensor<Scalar, 3> residual;  ///< x₂: [B, T, D]
     Tensor<Scalar, 3> normed2;   ///< norm₂(x₂)
@@ -273,8 +277,14 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::forward(ConstTensorView<Scalar, 3
   cache.normed1 = norm1_.forward(x, cache.norm1);
   cache.qkv = qkv_.forward(cache.normed1);
   rotate(cache.qkv, 0, rope);
-  cache.attended = causal_attention(cache.qkv.q, cache.qkv.k, cache.qkv.v, cache.attention,
-                                    score_scale_, window_);
+  // Flash attention where it pays and no window bands the keys (it has no band mask).
+  if (!window_ && flash_attention_pays(cache.qkv.q.dim(2))) {
+    cache.attended = flash_attention(cache.qkv.q, cache.qkv.k, cache.qkv.v, cache.flash,
+                                     {.causal = true, .scale = score_scale_});
+  } else {
+    cache.attended = causal_attention(cache.qkv.q, cache.qkv.k, cache.qkv.v, cache.attention,
+                                      score_scale_, window_);
+  }
   detail::trace_attention(trace, cache.qkv, cache.qkv.k.dim(2));
   cache.residual = proj_.forward(cache.attended);
   detail::trace_stage(trace, stage::head_merge, cache.residual.shape());
@@ -296,9 +306,13 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::backward(ConstTensorView<Scalar, 
       norm2_.backward(cache.residual, cache.norm2, ffn_.backward(cache.normed2, cache.ffn, dy));
   detail::add_into<Scalar>(d_residual, dy);
   // Through attention and its residual: dx = d x₂ + norm₁ᵀ(QKVᵀ(attentionᵀ(W_Oᵀ d x₂))); the
-  // attention cache holds the forward's score scale and window.
-  auto grads = causal_attention_backward(cache.qkv.q, cache.qkv.k, cache.qkv.v, cache.attention,
-                                         proj_.backward(cache.attended, d_residual));
+  // attention cache holds the forward's score scale and window; the path is forward's choice.
+  const auto d_attended = proj_.backward(cache.attended, d_residual);
+  auto grads = !window_ && flash_attention_pays(cache.qkv.q.dim(2))
+                   ? flash_attention_backward(cache.qkv.q, cache.qkv.k, cache.qkv.v, cache.attended,
+                                              cache.flash, d_attended)
+                   : causal_attention_backward(cache.qkv.q, cache.qkv.k, cache.qkv.v,
+                                               cache.attention, d_attended);
   if constexpr (Style.positions == Positions::rotary) {
     rope_backward_into(grads.q, grads.q, 0, *rope);
     rope_backward_into(grads.k, grads.k, 0, *rope);
