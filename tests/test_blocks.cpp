@@ -441,7 +441,10 @@ void expect_near_torch(const char* name, const Ours& ours_tensor, const testing:
   const auto bound = bound_of<Scalar>(scaled);
   const index_t rows = Rank == 1 ? 1 : leading_count(ours.shape());
   const Shape<2> as_rows{rows, ours.dim(Rank - 1)};
-  const auto ours_rows = ours.reshape(as_rows), torch_rows = torch.reshape(as_rows);
+  // Two declarations: ours is a const view and torch a tensor, so the reshapes' types differ
+  // (clang refuses one `auto` for both).
+  const auto ours_rows = ours.reshape(as_rows);
+  const auto torch_rows = torch.reshape(as_rows);
   EXPECT_TENSOR_WITHIN(ours_rows, torch_rows, bound);
 }
 
