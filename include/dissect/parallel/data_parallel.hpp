@@ -62,7 +62,7 @@ struct DataParallelStats {
   std::int64_t bytes = 0;        ///< the buckets' bytes sent through MPI
   double reduce_seconds = 0;     ///< in the all-to-all, the ordered sum and the all-gather
   double gather_seconds = 0;     ///< in ZeRO's all-gather of the updated values
-  double agreement_seconds = 0;  ///< in compute_gradients's agreement and loss gather
+  double agreement_seconds = 0;  ///< agreement + loss gather (local work excluded)
 };
 
 /// Data parallelism over the ranks of `comm` for one list of parameters (all trainable ones, in
@@ -245,18 +245,21 @@ template <class Scalar>
 template <class Local>
 requires std::invocable<Local&>
 double DataParallel<Scalar>::compute_gradients(Local&& local) {
-  const double start = MPI_Wtime();
   // The step count is a shape fact: a rank that skipped or repeated a step is caught here, not
   // left waiting in another collective.
   const CallFacts facts{.shapes = {steps_}, .shapes_what = "the number of steps taken"};
+  const double agreed_before = comm_->stats().agreement_seconds;
   const double loss = comm_->agree("DataParallel::compute_gradients", facts,
                                    [&] { return static_cast<double>(std::invoke(local)); });
   ++steps_;
   // Every rank's loss, summed in rank order on every rank: the same double everywhere.
+  const double start = MPI_Wtime();
   comm_->all_gather_into(std::span<const double>(&loss, 1), std::span<double>(losses_));
   double sum = 0;
   for (const double l : losses_) sum += l;
-  stats_.agreement_seconds += MPI_Wtime() - start;
+  // The agreement's all-reduce and the loss gather (not the local work inside the agreement).
+  stats_.agreement_seconds +=
+      MPI_Wtime() - start + (comm_->stats().agreement_seconds - agreed_before);
   reduce_gradients();
   return sum / static_cast<double>(ranks());
 }
