@@ -147,6 +147,7 @@ class DataParallel {
   index_t block_ = 0;                   // S = ⌈N/n⌉
   std::vector<Scalar> send_, receive_;  // n·S each
   std::vector<double> losses_;          // one per rank
+  CallFacts step_facts_{.shapes = {0}, .shapes_what = "the number of steps taken"};
   std::int64_t steps_ = 0;
   DataParallelStats stats_;
 };
@@ -247,9 +248,9 @@ requires std::invocable<Local&>
 double DataParallel<Scalar>::compute_gradients(Local&& local) {
   // The step count is a shape fact: a rank that skipped or repeated a step is caught here, not
   // left waiting in another collective.
-  const CallFacts facts{.shapes = {steps_}, .shapes_what = "the number of steps taken"};
+  step_facts_.shapes[0] = steps_;  // the member's vector: no allocation per step
   const double agreed_before = comm_->stats().agreement_seconds;
-  const double loss = comm_->agree("DataParallel::compute_gradients", facts,
+  const double loss = comm_->agree("DataParallel::compute_gradients", step_facts_,
                                    [&] { return static_cast<double>(std::invoke(local)); });
   ++steps_;
   // Every rank's loss, summed in rank order on every rank: the same double everywhere.
