@@ -100,6 +100,16 @@
 //   train_gpt --steps 1000 --save-state run.safetensors --stop-after 400   # stops at step 400
 //   train_gpt --steps 1000 --save-state run.safetensors --resume run.safetensors
 //
+// Data parallelism. Started by `mpiexec -n N` (N > 1; a build with dissect::parallel), every
+// process reads the same data, builds the same model and draws the same batches; each trains
+// on its B/N windows of every batch (--batch must be a multiple of N) and
+// dissect::parallel::DataParallel averages the gradients in one fixed order, so every rank makes
+// the same update; --shard-optimizer keeps AdamW's moments for 1/N of the parameters on each
+// rank (ZeRO stage 1, the same values bit for bit). Only rank 0 prints and writes files; an error
+// on any rank stops all of them (examples/common/data_parallel_run.hpp). --save-state and
+// --resume work there too (rank 0 writes the state, every rank reads it), but not with
+// --shard-optimizer, whose ranks each hold only a shard of AdamW's state.
+//
 // Every flag is checked before any work, and the data as they are read. Exit status: 0
 // success, 2 bad input (a flag, an output path, missing or unusable data), 1 anything else
 // (training that diverges to a non-finite loss, too).
@@ -129,6 +139,7 @@
 #include <nlohmann/json.hpp>
 #include "common/char_lm.hpp"
 #include "common/cli.hpp"
+#include "common/data_parallel_run.hpp"
 #include "common/expert_load.hpp"
 #include "common/svg_plot.hpp"
 #include "common/training_state.hpp"
@@ -226,6 +237,7 @@ struct Flags {
   std::optional<double> aux_loss;            // default kDefaultAuxLoss
   bool bitlinear = false;
   std::string q4_baseline = "";
+  bool shard_optimizer = false;  // under mpiexec: ZeRO stage 1
 };
 
 constexpr index_t kMaxExperts = 256;
@@ -323,6 +335,10 @@ void add_flags(CLI::App& app, Flags& flags) {
   option("--compare", flags.compare, "PATH",
          "a --curves file of another run (train_gpt_torch.py's) whose validation curve the "
          "--svg figure shows too");
+  app.add_flag("--shard-optimizer", flags.shard_optimizer,
+               "under mpiexec -n N (data-parallel training): each rank keeps AdamW's moments for "
+               "1/N of the parameters only (ZeRO stage 1); the same values, bit for bit")
+      ->group(option.group());
   option("--threads", flags.threads, "N",
          "threads for Eigen's GEMM and dissect's attention, 1 to 1024 (needs a build with "
          "-DDISSECT_USE_OPENMP=ON)");
@@ -428,6 +444,11 @@ void validate(Flags& flags) {
   if (!flags.resume.empty() && (!flags.init.empty() || flags.save_init != "none")) {
     throw UsageError(std::string(flags.init.empty() ? "--save-init" : "--init") +
                      ": cannot be combined with --resume (the training state holds the weights)");
+  }
+  if (flags.shard_optimizer && (flags.save_state != "none" || !flags.resume.empty())) {
+    throw UsageError(std::string(flags.resume.empty() ? "--save-state" : "--resume") +
+                     ": cannot be combined with --shard-optimizer (each rank holds only its shard "
+                     "of AdamW's state)");
   }
   if (flags.save_every != 0) {
     check_range<index_t>("--save-every", flags.save_every, 1, kMaxSteps);
@@ -1027,6 +1048,11 @@ int run(const Flags& flags, Outputs& outputs) {
       static_cast<unsigned long long>(flags.seed));
   std::printf("  Eigen %d.%d.%d, SIMD %s, %d thread(s)\n", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION,
               EIGEN_MINOR_VERSION, Eigen::SimdInstructionSetsInUse(), threads_in_use());
+  if (const auto& mpi = dissect::examples::MpiRun::get(); mpi.parallel()) {
+    std::printf("  data-parallel: %d processes × %lld windows of each batch%s\n", mpi.size(),
+                static_cast<long long>(B / mpi.size()),
+                flags.shard_optimizer ? ", AdamW state sharded (ZeRO-1)" : "");
+  }
 
   if (outputs.save_init.enabled()) {
     dissect::save_model(
@@ -1039,6 +1065,12 @@ int run(const Flags& flags, Outputs& outputs) {
 
   auto [matrices, others] = parameter_groups(model);
   const double decay = flags.weight_decay;
+  // Under mpiexec -n N: the gradients averaged over the ranks' slices of every batch, and with
+  // --shard-optimizer each AdamW over this rank's shard only
+  // (examples/common/data_parallel_run.hpp).
+  dissect::examples::DataParallelTraining<float> data_parallel(
+      dissect::examples::MpiRun::get(), {&matrices, &others}, flags.shard_optimizer);
+  data_parallel.to_optimizer_parameters({&matrices, &others});
   Optimizers optimizers{
       dissect::AdamW<float>(
           std::move(matrices),
@@ -1084,6 +1116,7 @@ int run(const Flags& flags, Outputs& outputs) {
   std::fflush(stdout);
   // --save-state: the weights, both AdamW states, the batches' position and the curves.
   const auto save_state = [&](index_t step) {
+    if (!outputs.save_state.enabled()) return;  // data-parallel: rank 0 alone writes it
     auto metadata =
         checkpoint_metadata<Model>(flags, config, corpus, step, curves.val.back(), tokenizer_json);
     metadata.emplace(dissect::examples::run_flags_key,
@@ -1130,8 +1163,8 @@ int run(const Flags& flags, Outputs& outputs) {
       std::fflush(stdout);
     }
   };
-  const auto time = dissect::examples::train_model(model, optimizers, loop, train, train_generator,
-                                                   valid_batches, curves, on_step);
+  const auto time = data_parallel.train(model, optimizers, loop, train, train_generator,
+                                        valid_batches, curves, on_step);
   if (last_step < flags.steps) {
     save_state(last_step);
     std::printf(
@@ -1152,6 +1185,7 @@ int run(const Flags& flags, Outputs& outputs) {
       last_mean, static_cast<long long>(last), curves.val.back(),
       static_cast<long long>(flags.steps - first_step), time.total, time.training,
       grouped(static_cast<double>((flags.steps - first_step) * B * T) / time.training).c_str());
+  std::printf("%s", data_parallel.report(time.training).c_str());
   // Per byte: the loss per token times the validation split's tokens per byte (1 for bytes).
   const double tokens_per_byte =
       static_cast<double>(n - n_train) / static_cast<double>(valid_bytes);
@@ -1206,6 +1240,7 @@ int run(const Flags& flags, Outputs& outputs) {
 
 int main(int argc, char** argv) {
   namespace ex = dissect::examples;
+  auto& mpi = ex::MpiRun::start(argc, argv);  // under mpiexec -n N > 1: data-parallel
   CLI::App app("train_gpt — train a character-level GPT-2 of dissect on Debian's fortunes",
                "train_gpt");
   Flags flags;
@@ -1215,11 +1250,16 @@ int main(int argc, char** argv) {
   // (status 2).
   return ex::run_program<DataError, dissect::Error>("train_gpt", [&] {
     validate(flags);
+    mpi.check_batch(flags.batch);
+    mpi.no_files_on_other_ranks(
+        {&flags.svg, &flags.curves, &flags.checkpoint, &flags.save_init, &flags.save_state});
     // Bad paths fail now, not after training.
-    Outputs outputs{ex::OutputFile("--svg", flags.svg), ex::OutputFile("--curves", flags.curves),
-                    ex::OutputFile("--checkpoint", flags.checkpoint),
-                    ex::OutputFile("--save-init", flags.save_init),
-                    ex::OutputFile("--save-state", flags.save_state)};
+    Outputs outputs = mpi.on_this_rank("train_gpt", [&] {
+      return Outputs{ex::OutputFile("--svg", flags.svg), ex::OutputFile("--curves", flags.curves),
+                     ex::OutputFile("--checkpoint", flags.checkpoint),
+                     ex::OutputFile("--save-init", flags.save_init),
+                     ex::OutputFile("--save-state", flags.save_state)};
+    });
     if (flags.experts > 0) return run<dissect::MixtralModel<float>>(flags, outputs);
     if (flags.family == "llama") return run<dissect::LlamaModel<float>>(flags, outputs);
     return run<dissect::GPT2Model<float>>(flags, outputs);

@@ -128,6 +128,19 @@ class Communicator {
   template <class Scalar>
   std::vector<std::remove_const_t<Scalar>> all_gather(std::span<Scalar> local) const;
 
+  /// `out` ← every rank's `local`, concatenated in rank order, into the caller's buffer (no
+  /// allocation). `local` may be this rank's own block of `out` (then it is sent in place).
+  /// Every rank must pass the same lengths (callers agree on them first, as for all_reduce_sum).
+  /// @throws ShapeError if out.size() != size()·local.size(); CommunicationError.
+  template <class Scalar>
+  void all_gather_into(std::span<const Scalar> local, std::span<Scalar> out) const;
+
+  /// Block p of `send` (send.size()/size() values) goes to rank p; block p of `receive` comes
+  /// from rank p. Every rank must pass the same lengths (callers agree on them first).
+  /// @throws ShapeError if the lengths differ or size() does not divide them; CommunicationError.
+  template <class Scalar>
+  void all_to_all(std::span<const Scalar> send, std::span<Scalar> receive) const;
+
   /// Checks that every rank holds the same `values` (shapes, sizes, configs): a collective of
   /// two small all-reduces (min and max). @throws ShapeError, the same text on every rank,
   /// "<op>: ranks disagree about <what>: entry i is a on some ranks and b on others", if they
@@ -323,6 +336,34 @@ std::vector<std::remove_const_t<Scalar>> Communicator::all_gather(std::span<Scal
                       comm_),
         "MPI_Allgather");
   return result;
+}
+
+template <class Scalar>
+void Communicator::all_gather_into(std::span<const Scalar> local, std::span<Scalar> out) const {
+  const std::size_t block = local.size();
+  if (out.size() != block * static_cast<std::size_t>(size_)) {
+    throw ShapeError(dissect::detail::concat("Communicator::all_gather_into: out holds ",
+                                             out.size(), " values, not ", size_, " ranks × ",
+                                             block));
+  }
+  const bool in_place = local.data() == out.data() + block * static_cast<std::size_t>(rank_);
+  check(MPI_Allgather(in_place ? MPI_IN_PLACE : local.data(), static_cast<int>(block),
+                      detail::mpi_type<Scalar>(), out.data(), static_cast<int>(block),
+                      detail::mpi_type<Scalar>(), comm_),
+        "MPI_Allgather");
+}
+
+template <class Scalar>
+void Communicator::all_to_all(std::span<const Scalar> send, std::span<Scalar> receive) const {
+  if (send.size() != receive.size() || send.size() % static_cast<std::size_t>(size_) != 0) {
+    throw ShapeError(dissect::detail::concat(
+        "Communicator::all_to_all: send holds ", send.size(), " values and receive ",
+        receive.size(), "; both must be one multiple of the ", size_, " ranks"));
+  }
+  const int block = static_cast<int>(send.size() / static_cast<std::size_t>(size_));
+  check(MPI_Alltoall(send.data(), block, detail::mpi_type<Scalar>(), receive.data(), block,
+                     detail::mpi_type<Scalar>(), comm_),
+        "MPI_Alltoall");
 }
 
 inline void Communicator::agree(std::string_view op, std::span<const std::int64_t> values,
