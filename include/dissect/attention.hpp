@@ -266,12 +266,12 @@ void online_causal_attention(HeadMatrices<const Scalar> q, HeadMatrices<const Sc
   }
 }
 
-/// The checks of every attention entry point: q [B, H, T, d_k], k and v [B, H_kv, S, d_k] with
-/// H_kv | H and S ≥ T.
+/// The checks every attention kind shares: q [B, H, T, d_k], k and v [B, H_kv, S, d_k] with
+/// H_kv | H (causal, flash and cross-attention each add their own rule for S).
 template <class Scalar>
-void check_attention_inputs(std::string_view op, const ConstTensorView<Scalar, 4>& q,
-                            const ConstTensorView<Scalar, 4>& k,
-                            const ConstTensorView<Scalar, 4>& v) {
+void check_attention_heads(std::string_view op, const ConstTensorView<Scalar, 4>& q,
+                           const ConstTensorView<Scalar, 4>& k,
+                           const ConstTensorView<Scalar, 4>& v) {
   const auto q_text = format_shape(q.shape());
   if (k.dim(0) != q.dim(0) || k.dim(3) != q.dim(3)) {
     throw ShapeError(concat(op, ": k must be [B=", q.dim(0), ", H_kv, S, d_k=", q.dim(3),
@@ -285,10 +285,19 @@ void check_attention_inputs(std::string_view op, const ConstTensorView<Scalar, 4
     throw ShapeError(concat(op, ": k's heads (axis 1) = ", k.dim(1), " must divide q's heads H = ",
                             q.dim(1), " (q ", q_text, ", k ", format_shape(k.shape()), ")"));
   }
+}
+
+/// The checks of every causal entry point: check_attention_heads, and S ≥ T (the queries are
+/// the last T of the S positions).
+template <class Scalar>
+void check_attention_inputs(std::string_view op, const ConstTensorView<Scalar, 4>& q,
+                            const ConstTensorView<Scalar, 4>& k,
+                            const ConstTensorView<Scalar, 4>& v) {
+  check_attention_heads(op, q, k, v);
   if (k.dim(2) < q.dim(2)) {
     throw ShapeError(concat(op, ": k holds S = ", k.dim(2),
-                            " positions (axis 2), fewer than q's T = ", q.dim(2), " (q ", q_text,
-                            ", k ", format_shape(k.shape()), ")"));
+                            " positions (axis 2), fewer than q's T = ", q.dim(2), " (q ",
+                            format_shape(q.shape()), ", k ", format_shape(k.shape()), ")"));
   }
 }
 
@@ -355,6 +364,64 @@ void banded_backward(const QM& q, const KM& k, const VM& v, const PM& p, const D
     dq.middleRows(i0, rows).noalias() = ds * k.middleRows(lo, n);
     dk.middleRows(lo, n).noalias() += ds.transpose() * q.middleRows(i0, rows);
   }
+}
+
+/// dq, dk, dv of softmax attention from its probabilities P [B, H, T, S] (0 wherever masked),
+/// per head: dv = Pᵀ·dout, dP = dout·vᵀ, dS = s · P ⊙ (dP − rowsum(dP ⊙ P)), dq = dS·k,
+/// dk = dSᵀ·q (dk, dv summed over the H / H_kv query heads of a group). band > 0: only the band
+/// of a sliding window is multiplied (banded_backward). Shapes already checked. The backward of
+/// causal attention and of cross-attention, whose masks P carries.
+template <class Scalar>
+QKV<Scalar> probabilities_backward(const ConstTensorView<Scalar, 4>& qv,
+                                   const ConstTensorView<Scalar, 4>& kv,
+                                   const ConstTensorView<Scalar, 4>& vv,
+                                   const ConstTensorView<Scalar, 4>& probs,
+                                   const ConstTensorView<Scalar, 4>& dov, Scalar scale,
+                                   index_t band) {
+  const index_t batch = qv.dim(0), heads = qv.dim(1), tokens = qv.dim(2), keys = kv.dim(2);
+  const index_t group = heads / kv.dim(1);
+  QKV<Scalar> grads{Tensor<Scalar, 4>::uninitialized(qv.shape()), Tensor<Scalar, 4>(kv.shape()),
+                    Tensor<Scalar, 4>(kv.shape())};
+  // No queries: dk and dv stay 0 (and products over zero-row maps would offset null pointers).
+  if (qv.empty()) return grads;
+  const auto qh = heads_of(qv), kh = heads_of(kv), vh = heads_of(vv);
+  const auto doh = heads_of(dov), ph = heads_of(probs);
+  const auto dqh = heads_of(grads.q.view()), dkh = heads_of(grads.k.view()),
+             dvh = heads_of(grads.v.view());
+  // A thread takes a whole (b, KV head) group: its query heads all add into the same dk and dv,
+  // which no other thread touches.
+  const index_t kv_heads = kv.dim(1), groups = batch * kv_heads;
+#ifdef _OPENMP
+#pragma omp parallel if (groups > 1 && !omp_in_parallel())
+#endif
+  {
+    RowMatrix<Scalar> d_scores(tokens, keys);  // one head's dP, then dS: once per thread
+    Eigen::Matrix<Scalar, Eigen::Dynamic, 1> dot(tokens);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+    for (index_t pair = 0; pair < groups; ++pair) {
+      const index_t b = pair / kv_heads, g = pair % kv_heads;
+      for (index_t h = g * group; h < (g + 1) * group; ++h) {
+        const auto p = ph.head(b, h);
+        const auto d_out = doh.head(b, h);
+        if (band > 0) {
+          detail::banded_backward<Scalar>(qh.head(b, h), kh.head(b, g), vh.head(b, g), p, d_out,
+                                          dqh.head(b, h), dkh.head(b, g), dvh.head(b, g), d_scores,
+                                          dot, scale, band);
+          continue;
+        }
+        dvh.head(b, g).noalias() += p.transpose() * d_out;
+        d_scores.noalias() = d_out * vh.head(b, g).transpose();
+        // Softmax backward row by row: dS = s · P ⊙ (dP − Σ_j dP·P) (masked P = 0 gives dS = 0).
+        dot.noalias() = d_scores.cwiseProduct(p).rowwise().sum();
+        d_scores = p.cwiseProduct(d_scores.colwise() - dot) * scale;
+        dqh.head(b, h).noalias() = d_scores * kh.head(b, g);
+        dkh.head(b, g).noalias() += d_scores.transpose() * qh.head(b, h);
+      }
+    }
+  }
+  return grads;
 }
 
 }  // namespace detail
@@ -498,49 +565,9 @@ QKV<scalar_of<Q>> causal_attention_backward(const Q& q, const K& k, const V& v,
                        ", got ", format_shape(cache.probs.shape()),
                        " (fill the cache with causal_attention(q, k, v, cache))"));
   }
-  const index_t group = heads / kv.dim(1), d_k = qv.dim(3);
-  const Scalar scale = detail::score_scale<Scalar>(op, cache.scale, d_k);
+  const Scalar scale = detail::score_scale<Scalar>(op, cache.scale, qv.dim(3));
   const index_t band = detail::effective_window(op, cache.window, keys);
-  QKV<Scalar> grads{Tensor<Scalar, 4>::uninitialized(qv.shape()), Tensor<Scalar, 4>(kv.shape()),
-                    Tensor<Scalar, 4>(kv.shape())};
-  const auto qh = heads_of(qv), kh = heads_of(kv), vh = heads_of(vv);
-  const auto doh = heads_of(dov), ph = heads_of(cache.probs.cview());
-  const auto dqh = heads_of(grads.q.view()), dkh = heads_of(grads.k.view()),
-             dvh = heads_of(grads.v.view());
-  // A thread takes a whole (b, KV head) group: its query heads all add into the same dk and dv,
-  // which no other thread touches.
-  const index_t kv_heads = kv.dim(1), groups = batch * kv_heads;
-#ifdef _OPENMP
-#pragma omp parallel if (groups > 1 && !omp_in_parallel())
-#endif
-  {
-    RowMatrix<Scalar> d_scores(tokens, keys);  // one head's dP, then dS: once per thread
-    Eigen::Matrix<Scalar, Eigen::Dynamic, 1> dot(tokens);
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-    for (index_t pair = 0; pair < groups; ++pair) {
-      const index_t b = pair / kv_heads, g = pair % kv_heads;
-      for (index_t h = g * group; h < (g + 1) * group; ++h) {
-        const auto p = ph.head(b, h);
-        const auto d_out = doh.head(b, h);
-        if (band > 0) {
-          detail::banded_backward<Scalar>(qh.head(b, h), kh.head(b, g), vh.head(b, g), p, d_out,
-                                          dqh.head(b, h), dkh.head(b, g), dvh.head(b, g), d_scores,
-                                          dot, scale, band);
-          continue;
-        }
-        dvh.head(b, g).noalias() += p.transpose() * d_out;
-        d_scores.noalias() = d_out * vh.head(b, g).transpose();
-        // Softmax backward row by row: dS = s · P ⊙ (dP − Σ_j dP·P) (masked P = 0 gives dS = 0).
-        dot.noalias() = d_scores.cwiseProduct(p).rowwise().sum();
-        d_scores = p.cwiseProduct(d_scores.colwise() - dot) * scale;
-        dqh.head(b, h).noalias() = d_scores * kh.head(b, g);
-        dkh.head(b, g).noalias() += d_scores.transpose() * qh.head(b, h);
-      }
-    }
-  }
-  return grads;
+  return detail::probabilities_backward<Scalar>(qv, kv, vv, cache.probs.cview(), dov, scale, band);
 }
 
 inline index_t causal_attention_flops(index_t batch, index_t n_heads, index_t tokens, index_t keys,

@@ -139,6 +139,8 @@ template <class Scalar, class Tile>
 void masked_softmax_rows(Tile& tile, const KeyPaddingMask& mask, index_t b) {
   constexpr Scalar minus_inf = -std::numeric_limits<Scalar>::infinity();
   const index_t keys = tile.cols();
+  // No rows (T = 0): nothing to do, and a column of a zero-row map is an offset from null.
+  if (tile.rows() == 0) return;
   if (mask.has_value()) {
     for (index_t j = 0; j < keys; ++j) {
       if (mask.padded(b, j)) tile.col(j).setConstant(minus_inf);
@@ -274,6 +276,7 @@ Tensor<scalar_of<Q>, 4> cross_attention(const Q& q, const K& k, const V& v,
   auto out = Tensor<Scalar, 4>::uninitialized(qv.shape());
   const auto qh = heads_of(qv), kh = heads_of(kv), vh = heads_of(vv);
   const auto oh = heads_of(out.view()), ph = heads_of(probs);
+  if (out.empty()) return out;  // no queries (or no heads): the cache holds an empty P
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (pairs > 1 && !omp_in_parallel())
 #endif
@@ -308,41 +311,10 @@ QKV<scalar_of<Q>> cross_attention_backward(const Q& q, const K& k, const V& v,
                             ", got ", format_shape(cache.probs.shape()),
                             " (fill the cache with cross_attention(q, k, v, cache))"));
   }
-  const index_t group = heads / kv.dim(1), d_k = qv.dim(3);
-  const Scalar scale = detail::score_scale<Scalar>(op, cache.scale, d_k);
-  QKV<Scalar> grads{Tensor<Scalar, 4>::uninitialized(qv.shape()), Tensor<Scalar, 4>(kv.shape()),
-                    Tensor<Scalar, 4>(kv.shape())};
-  const auto qh = heads_of(qv), kh = heads_of(kv), vh = heads_of(vv);
-  const auto doh = heads_of(dov), ph = heads_of(cache.probs.cview());
-  const auto dqh = heads_of(grads.q.view()), dkh = heads_of(grads.k.view()),
-             dvh = heads_of(grads.v.view());
-  // A thread takes a whole (b, KV head) group: its query heads all add into the same dk and dv.
-  const index_t kv_heads = kv.dim(1), groups = batch * kv_heads;
-#ifdef _OPENMP
-#pragma omp parallel if (groups > 1 && !omp_in_parallel())
-#endif
-  {
-    RowMatrix<Scalar> d_scores(tokens, keys);  // one head's dP, then dS: once per thread
-    Eigen::Matrix<Scalar, Eigen::Dynamic, 1> dot(tokens);
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-    for (index_t pair = 0; pair < groups; ++pair) {
-      const index_t b = pair / kv_heads, g = pair % kv_heads;
-      for (index_t h = g * group; h < (g + 1) * group; ++h) {
-        const auto p = ph.head(b, h);
-        const auto d_out = doh.head(b, h);
-        dvh.head(b, g).noalias() += p.transpose() * d_out;
-        d_scores.noalias() = d_out * vh.head(b, g).transpose();
-        // dS = s·P ⊙ (dP − Σ_j dP·P): P = 0 (padded key, or an all-padded row) gives dS = 0.
-        dot.noalias() = d_scores.cwiseProduct(p).rowwise().sum();
-        d_scores = p.cwiseProduct(d_scores.colwise() - dot) * scale;
-        dqh.head(b, h).noalias() = d_scores * kh.head(b, g);
-        dkh.head(b, g).noalias() += d_scores.transpose() * qh.head(b, h);
-      }
-    }
-  }
-  return grads;
+  const Scalar scale = detail::score_scale<Scalar>(op, cache.scale, qv.dim(3));
+  // The softmax backward of causal attention, which reads its mask from P as this one does: a
+  // padded key (or an all-padded row) has P = 0, so dS = 0 there.
+  return detail::probabilities_backward<Scalar>(qv, kv, vv, cache.probs.cview(), dov, scale, 0);
 }
 
 }  // namespace dissect

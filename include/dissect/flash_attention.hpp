@@ -292,24 +292,11 @@ void check_flash_inputs(std::string_view op, const ConstTensorView<Scalar, 4>& q
     check_attention_inputs(op, q, k, v);
     return;
   }
+  check_attention_heads(op, q, k, v);
   if (k.dim(2) == 0 && q.dim(2) > 0) {
     throw ShapeError(concat(op, ": k holds no positions (axis 2) for q's T = ", q.dim(2),
                             " queries, whose softmax would be empty (q ", format_shape(q.shape()),
                             ", k ", format_shape(k.shape()), ")"));
-  }
-  // The causal checks (attention.hpp's) with S ≥ T waived.
-  const auto q_text = format_shape(q.shape());
-  if (k.dim(0) != q.dim(0) || k.dim(3) != q.dim(3)) {
-    throw ShapeError(concat(op, ": k must be [B=", q.dim(0), ", H_kv, S, d_k=", q.dim(3),
-                            "] for q ", q_text, ", got ", format_shape(k.shape())));
-  }
-  if (v.shape() != k.shape()) {
-    throw ShapeError(concat(op, ": v must have k's shape ", format_shape(k.shape()), ", got ",
-                            format_shape(v.shape())));
-  }
-  if (k.dim(1) <= 0 || q.dim(1) % k.dim(1) != 0) {
-    throw ShapeError(concat(op, ": k's heads (axis 1) = ", k.dim(1), " must divide q's heads H = ",
-                            q.dim(1), " (q ", q_text, ", k ", format_shape(k.shape()), ")"));
   }
 }
 
