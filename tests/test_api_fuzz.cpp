@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -37,6 +38,7 @@
 #include "dissect/blocks/mixture_of_experts.hpp"
 #include "dissect/cross_attention.hpp"
 #include "dissect/dropout.hpp"
+#include "dissect/flash_attention.hpp"
 #include "dissect/io/lora_file.hpp"
 #include "dissect/io/model_file.hpp"
 #include "dissect/io/state_dict.hpp"
@@ -1515,11 +1517,15 @@ class AttentionKindsFuzz {
   explicit AttentionKindsFuzz(std::uint64_t seed) : engine_(seed) {}
 
   bool step() {
-    switch (pick(0, 3)) {
+    switch (pick(0, 5)) {
       case 0:
         return cross();
       case 1:
         return block();
+      case 2:
+        return flash();
+      case 3:
+        return windowed();
       default:
         return linear();
     }
@@ -1543,6 +1549,12 @@ class AttentionKindsFuzz {
       worst = std::max(worst, std::abs(a.data()[i] - b.data()[i]) / (1 + std::abs(b.data()[i])));
     }
     return worst;
+  }
+  static bool same_bits(const Tensor<double, 3>& a, const Tensor<double, 3>& b) {
+    return a.shape() == b.shape() &&
+           std::equal(a.begin(), a.end(), b.begin(), [](double x, double y) {
+             return std::bit_cast<std::uint64_t>(x) == std::bit_cast<std::uint64_t>(y);
+           });
   }
   static bool finite(const Tensor<double, 4>& t) {
     for (const double v : t) {
@@ -1642,6 +1654,75 @@ class AttentionKindsFuzz {
     return ok;
   }
 
+  /// Flash attention against the materialised paths it replaces: causal_attention's (with the
+  /// KV-cache offset, S ≥ T) or, unmasked, cross-attention without padding; a refused call
+  /// leaves the cache alone.
+  bool flash() {
+    const bool causal = pick(0, 1) == 0;
+    const index_t b = pick(1, 2), kv = pick(1, 2), h = kv * pick(1, 2), t = pick(0, 5),
+                  s = causal ? t + pick(0, 3) : pick(1, 5), d = pick(1, 4);
+    auto q = tensor({b, h, t, d}), k = tensor({b, kv, s, d}), v = tensor({b, kv, s, d});
+    FlashAttentionOptions options{.causal = causal};
+    FlashAttentionCache<double> cache;
+    (void)flash_attention(q, k, v, cache, options);
+    const auto before = testing::snapshot(cache.lse);
+    if (pick(0, 3) == 0) {
+      switch (pick(0, 3)) {
+        case 0:
+          k = tensor({b, kv, s, d + 1}), v = k;
+          break;
+        case 1:
+          k = tensor({b, h + 1, s, d}), v = k;
+          break;
+        case 2:
+          if (!causal || t == 0) return true;  // S < T is valid unmasked
+          k = tensor({b, kv, t - 1, d}), v = k;
+          break;
+        default:
+          options.scale = -1.0;
+      }
+      return refuses([&] { (void)flash_attention(q, k, v, cache, options); }) &&
+             refuses([&] { (void)flash_attention(q, k, v, options); }) &&
+             same_bits(cache.lse, before);
+    }
+    const auto o = flash_attention(q, k, v, cache, options);
+    const auto dout = tensor(q.shape());
+    const auto grads = flash_attention_backward(q, k, v, o, cache, dout);
+    Tensor<double, 4> reference;
+    QKV<double> reference_grads;
+    if (causal) {
+      AttentionCache<double> materialised;
+      reference = causal_attention(q, k, v, materialised);
+      reference_grads = causal_attention_backward(q, k, v, materialised, dout);
+    } else {
+      CrossAttentionCache<double> materialised;
+      reference = cross_attention(q, k, v, materialised);
+      reference_grads = cross_attention_backward(q, k, v, materialised, dout);
+    }
+    return gap(o, reference) <= 1e-12 && gap(grads.q, reference_grads.q) <= 1e-12 &&
+           gap(grads.k, reference_grads.k) <= 1e-12 && gap(grads.v, reference_grads.v) <= 1e-12;
+  }
+
+  /// A sliding window: the online (inference) path against the training path's banded
+  /// probabilities, and W ≥ S against no window, bit for bit; W ≤ 0 refused.
+  bool windowed() {
+    const index_t b = pick(1, 2), kv = pick(1, 2), h = kv * pick(1, 2), t = pick(0, 6),
+                  s = t + pick(0, 3), d = pick(1, 4);
+    const index_t window = pick(-1, 7);
+    const auto q = tensor({b, h, t, d}), k = tensor({b, kv, s, d}), v = tensor({b, kv, s, d});
+    AttentionCache<double> cache;
+    if (window <= 0) {
+      return refuses([&] { (void)causal_attention(q, k, v, std::nullopt, window); }) &&
+             refuses([&] { (void)causal_attention(q, k, v, cache, std::nullopt, window); });
+    }
+    const auto online = causal_attention(q, k, v, std::nullopt, window);
+    const auto training = causal_attention(q, k, v, cache, std::nullopt, window);
+    const auto grads = causal_attention_backward(q, k, v, cache, tensor(q.shape()));
+    if (window >= s && gap(online, causal_attention(q, k, v)) != 0) return false;
+    return gap(online, training) <= 1e-12 && finite(grads.q) && finite(grads.k) &&
+           finite(grads.v) && grads.k.shape() == k.shape();
+  }
+
   bool linear() {
     const bool causal = pick(0, 1) == 0;
     const index_t b = pick(1, 2), kv = pick(1, 2), h = kv * pick(1, 2), t = pick(0, 5),
@@ -1687,7 +1768,7 @@ class AttentionKindsFuzz {
   int refused_ = 0;
 };
 
-TEST(ApiFuzz, CrossAndLinearAttentionAreConsistentOrRefuseCleanly) {
+TEST(ApiFuzz, NewAttentionKindsAreConsistentOrRefuseCleanly) {
   AttentionKindsFuzz fuzz(20261205);
   const int steps = testing::sweep_trials(3'000);
   for (int i = 0; i < steps; ++i) {
