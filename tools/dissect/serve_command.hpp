@@ -15,7 +15,6 @@
 // stops the listener, lets the requests in flight finish, and exits 0.
 #pragma once
 
-#include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
 #include <nlohmann/json.hpp>
@@ -39,6 +38,10 @@
 #include "dissect/text/decode_stream.hpp"
 #include "tools/dissect/model_loading.hpp"
 #include "tools/dissect/serve_request.hpp"
+
+// After dissect's headers: httplib.h brings in <resolv.h>, whose macro _res breaks Eigen's
+// matrix products (a parameter of theirs is named _res).
+#include <httplib.h>
 
 namespace dissect::tools {
 
