@@ -12,6 +12,8 @@
 //   dissect convert CHECKPOINT OUT.gguf [--type f32|f16|bf16|q8_0|…] [--no-tokenizer]
 //   dissect tokenize --tokenizer (FILE | DIR | FILE.gguf) (--text T | --file F | --decode 1,2,3)
 //                    [--no-special] [--json]
+//   dissect serve CHECKPOINT|FILE.gguf [--host 127.0.0.1] [--port 8080] [--threads 4] [--name N]
+//                 [--allow-remote]
 //
 // A checkpoint directory's tokenizer.json (or GPT-2's vocab.json + merges.txt) turns --prompt
 // into ids (BOS as the tokenizer says) and the new ids back into streamed text
@@ -68,6 +70,10 @@
 #include "tools/common/parse.hpp"
 #include "tools/common/table.hpp"
 #include "tools/dissect/gguf_commands.hpp"
+#include "tools/dissect/model_loading.hpp"
+#ifdef DISSECT_SERVE
+#include "tools/dissect/serve_command.hpp"
+#endif
 #include "tools/dissect/text_commands.hpp"
 
 namespace {
@@ -635,49 +641,27 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
   return exit_ok;
 }
 
-// A GGUF file: its config from the metadata, checked against every tensor before anything else;
-// its tokenizer from tokenizer.ggml.* (llama.cpp's, text/gguf_tokenizer.hpp); its weights
-// dequantised to float, the kept block types also run on their own blocks (io/gguf_weights.hpp).
-int generate_gguf(const GenerateOptions& o) {
-  const dissect::GgufFile file(o.checkpoint);
-  const dissect::HfConfig model = dissect::read_gguf_config(file);
-  std::optional<dissect::text::Tokenizer> tokenizer;
-  if (dissect::text::gguf_has_tokenizer(file)) {
-    try {
-      tokenizer = dissect::text::tokenizer_from_gguf(file);
-    } catch (const dissect::ConfigError& error) {
-      // A tokenizer dissect does not implement stops --prompt; --tokens prints ids instead.
-      if (o.prompt) throw dissect::ConfigError(dissect::concat("--prompt: ", error.what()));
-    }
-  }
-  if (o.prompt && !tokenizer) {
-    throw dissect::ConfigError(dissect::concat("--prompt: ", o.checkpoint.string(),
-                                               " carries no tokenizer (tokenizer.ggml.model); "
-                                               "give token ids with --tokens"));
-  }
-  const std::vector<index_t> prompt = prompt_ids(o, model.config, std::nullopt, tokenizer);
-  if (model.family == dissect::ModelFamily::llama) {
-    const auto llama = dissect::load_gguf_model<dissect::LlamaModel<float>>(file);
-    return run_generation(llama, prompt, std::nullopt, tokenizer, o);
-  }
-  const auto gpt2 = dissect::load_gguf_model<dissect::GPT2Model<float>>(file);
-  return run_generation(gpt2, prompt, std::nullopt, tokenizer, o);
-}
-
 int generate(const GenerateOptions& o) {
-  if (dissect::tools::is_gguf_file(o.checkpoint)) return generate_gguf(o);
-  const dissect::DetectedCheckpoint source = dissect::detect_checkpoint(o.checkpoint);
-  // Everything the model's config decides is checked before the weights load.
-  const dissect::HfConfig& recorded = source.require_model("generate");
-  const auto vocab = dissect::tools::ByteVocab::from_metadata(source.checkpoint.metadata(),
-                                                              source.checkpoint.path().string());
-  const std::optional<dissect::text::Tokenizer> tokenizer =
-      vocab ? std::nullopt
-            : dissect::tools::checkpoint_tokenizer(o.checkpoint, source.checkpoint.metadata());
-  const std::vector<index_t> prompt = prompt_ids(o, recorded.config, vocab, tokenizer);
-  return dissect::visit_model(
-      source, [&](const auto& model) { return run_generation(model, prompt, vocab, tokenizer, o); },
-      "generate");
+  std::vector<index_t> prompt;
+  // Everything the model's config decides (the prompt's ids against its vocabulary and context)
+  // is checked before the weights load.
+  const auto check = [&](const dissect::tools::ModelText& text) {
+    if (o.prompt && !text.tokenizer && !text.tokenizer_error.empty()) {
+      // A GGUF tokenizer dissect does not implement stops --prompt; --tokens prints ids instead.
+      throw dissect::ConfigError(dissect::concat("--prompt: ", text.tokenizer_error));
+    }
+    if (o.prompt && text.gguf && !text.tokenizer) {
+      throw dissect::ConfigError(dissect::concat("--prompt: ", o.checkpoint.string(),
+                                                 " carries no tokenizer (tokenizer.ggml.model); "
+                                                 "give token ids with --tokens"));
+    }
+    prompt = prompt_ids(o, text.config, text.vocab, text.tokenizer);
+  };
+  return dissect::tools::with_model(o.checkpoint, "generate", check,
+                                    [&](const auto& model, const dissect::tools::ModelText& text) {
+                                      return run_generation(model, prompt, text.vocab,
+                                                            text.tokenizer, o);
+                                    });
 }
 
 // ---- quantize -----------------------------------------------------------------------------------
@@ -1099,13 +1083,46 @@ int run(int argc, char** argv) {
   convert_command->add_flag("--no-tokenizer", convert_options.no_tokenizer,
                             "to GGUF: leave out the tokenizer.json beside the checkpoint");
 
+#ifdef DISSECT_SERVE
+  dissect::tools::ServeOptions serve_options;
+  auto* serve_command = app.add_subcommand(
+      "serve", "OpenAI's /v1/completions over HTTP (streaming with server-sent events)");
+  serve_command
+      ->add_option("checkpoint", serve_options.checkpoint,
+                   ".safetensors file, index .json, a directory, or a .gguf file")
+      ->required();
+  serve_command
+      ->add_option("--host", serve_options.host,
+                   "the address to listen on: a loopback one unless --allow-remote")
+      ->capture_default_str();
+  std::string port = "8080", serve_threads = "4";
+  serve_command->add_option("--port", port, "0 to 65535; 0: any free port")->capture_default_str();
+  serve_command
+      ->add_option("--threads", serve_threads,
+                   "1 to 64 HTTP threads: requests open at once (one generates at a time)")
+      ->capture_default_str();
+  serve_command->add_option("--name", serve_options.name,
+                            "the model's id in /v1/models (default: the file's name)");
+  serve_command->add_flag("--allow-remote", serve_options.allow_remote,
+                          "listen on a non-loopback --host: anyone who reaches it may use the "
+                          "model (there is no authentication)");
+#endif
+
   // CLI11 would call an unknown word a missing subcommand; name it instead.
   const std::string_view command = argc > 1 ? argv[1] : "";
+#ifndef DISSECT_SERVE
+  if (command == "serve") {
+    std::cerr << "dissect: serve: this dissect was built without cpp-httplib "
+                 "(libcpp-httplib-dev), which serve needs\n";
+    return exit_bad_input;
+  }
+#endif
   if (argc > 1 && argv[1][0] != '-' && command != "inspect" && command != "generate" &&
-      command != "quantize" && command != "tokenize" && command != "convert") {
+      command != "quantize" && command != "tokenize" && command != "convert" &&
+      command != "serve") {
     std::cerr << "dissect: unknown command \"" << argv[1]
-              << "\" (commands: inspect, generate, tokenize, quantize, convert; see dissect "
-                 "--help)\n";
+              << "\" (commands: inspect, generate, tokenize, quantize, convert, serve; see "
+                 "dissect --help)\n";
     return exit_bad_input;
   }
   try {
@@ -1157,6 +1174,30 @@ int run(int argc, char** argv) {
     return quantize(quantize_options);
   }
   if (convert_command->parsed()) return convert(convert_options);
+#ifdef DISSECT_SERVE
+  if (serve_command->parsed()) {
+    dissect::tools::ServeOptions& o = serve_options;
+    const index_t port_number = tools::parse_integer(port, "--port");
+    if (port_number > 65535) {
+      throw dissect::ConfigError(
+          dissect::concat("--port: must be in [0, 65535] (got \"", port, "\")"));
+    }
+    o.port = static_cast<int>(port_number);
+    o.threads = tools::parse_integer(serve_threads, "--threads", 1);
+    if (o.threads > 64) {
+      throw dissect::ConfigError(
+          dissect::concat("--threads: must be in [1, 64] (got \"", serve_threads, "\")"));
+    }
+    if (o.host.empty()) throw dissect::ConfigError("--host: the address is empty");
+    if (!o.allow_remote && !tools::is_loopback_host(o.host)) {
+      throw dissect::ConfigError(dissect::concat(
+          "--host: ", o.host,
+          " is not a loopback address; dissect serve has no authentication, so listening "
+          "there needs --allow-remote"));
+    }
+    return tools::serve(o);
+  }
+#endif
   GenerateOptions& g = generate_options;
   if (!g.prompt && !g.tokens) {
     throw dissect::ConfigError("generate: give --prompt TEXT or --tokens IDS");

@@ -1,0 +1,390 @@
+// tools/dissect/serve_command.hpp — `dissect serve`: one model behind OpenAI's /v1/completions,
+// over HTTP with cpp-httplib (Debian's libcpp-httplib-dev), the way llama.cpp's users run theirs.
+//
+//   dissect serve CHECKPOINT|FILE.gguf [--host 127.0.0.1] [--port 8080] [--threads 4]
+//                 [--name NAME] [--allow-remote]
+//
+// Routes: POST /v1/completions (JSON, or server-sent events with "stream": true), GET /v1/models,
+// GET /health. Requests are read by serve_request.hpp; the generation is the library's
+// generate(), its tokens decoded as `dissect generate` decodes them.
+//
+// One generation runs at a time: the model's forward is not made for concurrent calls, so a
+// mutex serialises them, and the HTTP threads (--threads) bound how many requests are open at
+// once; the others wait for a thread. max_tokens is cut by the context, as generate() cuts it;
+// a body is at most 1 MiB; a connection that says nothing for 10 s is closed. SIGINT or SIGTERM
+// stops the listener, lets the requests in flight finish, and exits 0.
+#pragma once
+
+#include <pthread.h>
+#include <signal.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <ctime>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "dissect/error.hpp"
+#include "dissect/models/generate.hpp"
+#include "dissect/text/decode_stream.hpp"
+#include "tools/dissect/model_loading.hpp"
+#include "tools/dissect/serve_request.hpp"
+
+// After dissect's headers: httplib.h brings in <resolv.h>, whose macro _res breaks Eigen's
+// matrix products (a parameter of theirs is named _res).
+#include <httplib.h>
+
+namespace dissect::tools {
+
+// ---- declarations -------------------------------------------------------------------------------
+
+/// serve's flags, each read and checked before the model file is opened.
+struct ServeOptions {
+  std::filesystem::path checkpoint;
+  std::string host = "127.0.0.1";
+  int port = 8080;      ///< 0: any free port (the line "listening on …" says which)
+  index_t threads = 4;  ///< HTTP threads: requests open at once
+  std::string name;     ///< the model's id in /v1/models; the file's name when empty
+  bool allow_remote = false;
+};
+
+/// The largest request body, in bytes: a prompt of the longest contexts dissect runs fits many
+/// times over, and a client cannot make the server buffer more.
+inline constexpr std::size_t max_request_bytes = std::size_t{1} << 20;
+
+/// Whether `host` names this machine alone: 127.0.0.0/8, ::1 or localhost.
+bool is_loopback_host(std::string_view host);
+
+/// Loads the model and serves it until SIGINT or SIGTERM. @throws as with_model; Error when the
+/// address cannot be bound.
+int serve(const ServeOptions& o);
+
+// ---- implementation -----------------------------------------------------------------------------
+
+inline bool is_loopback_host(std::string_view host) {
+  return host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+namespace serve_detail {
+
+inline nlohmann::json error_json(std::string_view message, std::string_view type) {
+  return {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}}}};
+}
+
+inline void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                  "application/json");
+}
+
+/// Thrown from generate()'s callback to end a generation early (a stop sequence, EOS, a client
+/// gone): generate() holds only its own locals, so unwinding through it leaves nothing behind.
+struct StopGeneration {};
+
+/// What one completion produced.
+struct Completion {
+  std::string text;          ///< the text sent, stop sequence excluded
+  std::vector<index_t> ids;  ///< every id generated, through the one that ended it
+  bool stopped = false;      ///< by EOS or a stop sequence: finish_reason "stop"
+  bool client_gone = false;  ///< a stream whose client stopped reading
+};
+
+/// The model with everything a request needs, and the lock that serialises its use.
+template <class Model>
+class CompletionService {
+ public:
+  CompletionService(const Model& model, const ModelText& text) : model_(model), text_(text) {}
+
+  /// The prompt's ids, checked: inside the vocabulary, 1 to context of them.
+  /// @throws ConfigError naming prompt.
+  std::vector<index_t> prompt_of(const CompletionRequest& r) const {
+    const TransformerConfig& c = text_.config;
+    std::vector<index_t> ids;
+    if (r.prompt_ids) {
+      ids = *r.prompt_ids;
+    } else if (text_.vocab) {
+      for (std::size_t i = 0; i < r.prompt_text->size(); ++i) {
+        const auto byte = static_cast<unsigned char>((*r.prompt_text)[i]);
+        const index_t id = text_.vocab->id_of[byte];
+        if (id < 0) {
+          throw ConfigError(concat("prompt: byte ", i, " (", static_cast<int>(byte),
+                                   ") is not in the model's vocabulary"));
+        }
+        ids.push_back(id);
+      }
+    } else if (text_.tokenizer) {
+      const std::lock_guard lock(mutex_);  // the tokenizer is not promised to be thread-safe
+      try {
+        for (const std::int32_t id : text_.tokenizer->encode(*r.prompt_text)) ids.push_back(id);
+      } catch (const Error& error) {
+        throw ConfigError(concat("prompt: ", error.what()));
+      }
+    } else {
+      throw ConfigError(concat("prompt: this model carries no tokenizer",
+                               text_.tokenizer_error.empty()
+                                   ? ""
+                                   : concat(" dissect can use (", text_.tokenizer_error, ")"),
+                               "; send the prompt as an array of token ids"));
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] >= c.vocab) {
+        throw ConfigError(concat("prompt: token ", i, " has id ", ids[i],
+                                 ", outside the model's vocabulary [0, ", c.vocab, ")"));
+      }
+    }
+    const auto length = static_cast<index_t>(ids.size());
+    if (length == 0) throw ConfigError("prompt: the prompt is empty (0 tokens)");
+    if (length > c.context) {
+      throw ConfigError(
+          concat("prompt: ", length, " tokens; the model's context holds at most ", c.context));
+    }
+    return ids;
+  }
+
+  /// Generates for `prompt`, calling on_text(piece) with each piece of text as it becomes safe
+  /// to send (decoded whole characters, held back while it could start a stop sequence); on_text
+  /// returns false when its client is gone. Waits for any other generation to finish first.
+  Completion complete(const CompletionRequest& r, const std::vector<index_t>& prompt,
+                      const std::function<bool(std::string_view)>& on_text) const {
+    const std::lock_guard lock(mutex_);
+    Completion out;
+    StopScanner scanner(r.stop);
+    std::optional<text::DecodeStream> stream;
+    const bool by_tokenizer = !text_.vocab && text_.tokenizer;
+    if (by_tokenizer) {
+      // The prompt goes through the stream first, so that decoders that look at context
+      // (LLaMA's first-space Strip) treat the continuation as the middle of the text it is.
+      stream.emplace(*text_.tokenizer);
+      for (const index_t id : prompt) (void)stream->push(static_cast<std::int32_t>(id));
+    }
+    const std::optional<std::int32_t> eos =
+        by_tokenizer ? text_.tokenizer->eos_id() : std::optional<std::int32_t>();
+    const auto send = [&](const std::string& piece) {
+      if (piece.empty()) return;
+      out.text += piece;
+      if (!on_text(piece)) {
+        out.client_gone = true;
+        throw StopGeneration{};
+      }
+    };
+    const GenerationOptions options{
+        .max_new_tokens = r.max_tokens, .sampling = r.sampling, .seed = r.seed};
+    try {
+      (void)generate(model_, prompt, options, [&](index_t id) {
+        out.ids.push_back(id);
+        if (eos && id == *eos) {
+          out.stopped = true;
+          throw StopGeneration{};
+        }
+        std::string piece;
+        if (stream) {
+          piece = stream->push(static_cast<std::int32_t>(id));
+        } else if (text_.vocab && id < text_.vocab->size()) {
+          piece.assign(1, static_cast<char>(text_.vocab->bytes[static_cast<std::size_t>(id)]));
+        }
+        send(scanner.push(piece));
+        if (scanner.stopped()) {
+          out.stopped = true;
+          throw StopGeneration{};
+        }
+      });
+    } catch (const StopGeneration&) {
+      if (out.client_gone) return out;
+    }
+    if (!scanner.stopped()) {
+      // Bytes of an unfinished character (a truncated UTF-8 sequence), then what was held back.
+      if (stream) send(scanner.push(stream->finish()));
+      if (scanner.stopped()) {
+        out.stopped = true;
+      } else {
+        send(scanner.finish());
+      }
+    }
+    return out;
+  }
+
+ private:
+  const Model& model_;
+  const ModelText& text_;
+  mutable std::mutex mutex_;
+};
+
+inline nlohmann::json usage_json(index_t prompt_tokens, index_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+inline nlohmann::json choice_json(std::string_view text, const nlohmann::json& finish_reason) {
+  return {{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+}
+
+template <class Model>
+int serve_model(const Model& model, const ModelText& text, const ServeOptions& o) {
+  const CompletionService<Model> service(model, text);
+  const std::string name = o.name.empty() ? o.checkpoint.filename().string() : o.name;
+  const auto started = static_cast<std::int64_t>(std::time(nullptr));
+  std::atomic<std::uint64_t> next_id{1};
+
+  httplib::Server server;
+  const auto threads = static_cast<std::size_t>(o.threads);
+  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server.set_payload_max_length(max_request_bytes);
+  server.set_read_timeout(std::chrono::seconds(10));
+  server.set_write_timeout(std::chrono::seconds(10));
+  server.set_keep_alive_timeout(5);
+  // httplib answers 404, 413 and the like with an empty body; give them OpenAI's error shape.
+  server.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        const std::string message =
+            res.status == 404 ? concat("no route ", req.method, " ", req.path,
+                                       " (POST /v1/completions, GET /v1/models, GET /health)")
+            : res.status == 413
+                ? concat("the request body is larger than ", max_request_bytes, " bytes")
+                : concat("HTTP status ", res.status);
+        send_json(res, res.status, error_json(message, "invalid_request_error"));
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  server.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+        std::string message = "unknown error";
+        try {
+          std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+          message = e.what();
+        } catch (...) {
+        }
+        send_json(res, 500, error_json(message, "server_error"));
+      });
+
+  server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, {{"status", "ok"}});
+  });
+  server.Get("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200,
+              {{"object", "list"},
+               {"data", nlohmann::json::array({{{"id", name},
+                                                {"object", "model"},
+                                                {"created", started},
+                                                {"owned_by", "dissect"}}})}});
+  });
+  server.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) {
+    CompletionRequest request;
+    std::vector<index_t> prompt;
+    try {
+      request = parse_completion_request(req.body);
+      prompt = service.prompt_of(request);
+    } catch (const Error& error) {
+      send_json(res, 400, error_json(error.what(), "invalid_request_error"));
+      return;
+    }
+    if (request.model.empty()) request.model = name;
+    const std::string id = concat("cmpl-", started, "-", next_id++);
+    const auto created = static_cast<std::int64_t>(std::time(nullptr));
+    const auto head = [id, created, model = request.model] {
+      return nlohmann::json{
+          {"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}};
+    };
+    if (!request.stream) {
+      const Completion done =
+          service.complete(request, prompt, [](std::string_view) { return true; });
+      nlohmann::json body = head();
+      body["choices"] =
+          nlohmann::json::array({choice_json(done.text, done.stopped ? "stop" : "length")});
+      body["choices"][0]["token_ids"] = done.ids;  // dissect's own: what the text decodes
+      body["usage"] =
+          usage_json(static_cast<index_t>(prompt.size()), static_cast<index_t>(done.ids.size()));
+      send_json(res, 200, body);
+      return;
+    }
+    // Server-sent events: one "data: {chunk}" per piece of text, a last chunk with the
+    // finish_reason (and, as OpenAI's stream_options.include_usage gives it, the usage), then
+    // "data: [DONE]". Everything that can be refused was refused above, before the 200.
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [&service, head, request, prompt](
+                                                              std::size_t,
+                                                              httplib::DataSink& sink) {
+      const auto event = [&](const nlohmann::json& data) {
+        const std::string line =
+            "data: " + data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+        return sink.write(line.data(), line.size());
+      };
+      try {
+        const Completion done = service.complete(request, prompt, [&](std::string_view piece) {
+          nlohmann::json chunk = head();
+          chunk["choices"] = nlohmann::json::array({choice_json(piece, nullptr)});
+          return event(chunk);
+        });
+        if (done.client_gone) return false;
+        nlohmann::json last = head();
+        last["choices"] =
+            nlohmann::json::array({choice_json("", done.stopped ? "stop" : "length")});
+        last["usage"] =
+            usage_json(static_cast<index_t>(prompt.size()), static_cast<index_t>(done.ids.size()));
+        const std::string end = "data: [DONE]\n\n";
+        if (!event(last) || !sink.write(end.data(), end.size())) return false;
+        sink.done();
+        return true;
+      } catch (const std::exception& error) {
+        (void)event(error_json(error.what(), "server_error"));
+        return false;
+      }
+    });
+  });
+
+  const int port = o.port == 0 ? server.bind_to_any_port(o.host)
+                               : (server.bind_to_port(o.host, o.port) ? o.port : -1);
+  if (port < 0) {
+    throw Error(concat("serve: cannot listen on ", o.host, ":", o.port,
+                       " (the port is in use, or the host is not an address of this machine)"));
+  }
+  // SIGINT and SIGTERM are blocked in every thread (httplib's start after this) and taken by one
+  // that stops the listener: a handler could not safely do what stop() does.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::atomic<bool> finished{false};
+  std::thread waiter([&] {
+    int signal = 0;
+    (void)sigwait(&signals, &signal);
+    // stop() does nothing until listen_after_bind has started: retry until it returns.
+    while (!finished) {
+      server.stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  const bool ipv6 = o.host.find(':') != std::string::npos;
+  std::cout << "listening on http://" << (ipv6 ? "[" : "") << o.host << (ipv6 ? "]" : "") << ":"
+            << port << std::endl;  // flushed: a client (or a test) waits for this line
+  const bool listened = server.listen_after_bind();
+  finished = true;
+  pthread_kill(waiter.native_handle(), SIGTERM);  // wakes it if no signal came
+  waiter.join();
+  if (!listened) throw Error(concat("serve: the listener on port ", port, " failed"));
+  std::cout << "stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace serve_detail
+
+inline int serve(const ServeOptions& o) {
+  return with_model(
+      o.checkpoint, "serve", [](const ModelText&) {},
+      [&](const auto& model, const ModelText& text) {
+        return serve_detail::serve_model(model, text, o);
+      });
+}
+
+}  // namespace dissect::tools
