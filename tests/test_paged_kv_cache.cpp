@@ -231,8 +231,10 @@ TEST(PagedKVCacheErrors, BadIdsAndStepsNameTheSequence) {  // row 109
 }
 
 TEST(PagedKVCacheErrors, ImpossiblePoolsAreConfigErrors) {  // row 110
-  EXPECT_THROW_WITH(PagedKVCache<double>(config(), 0), ConfigError, "blocks");
-  EXPECT_THROW_WITH(PagedKVCache<double>(config(), 4, 0), ConfigError, "block_size");
+  EXPECT_THROW_WITH(PagedKVCache<double>(config(), 0), ConfigError,
+                    "PagedKVCache: blocks must be > 0 (got 0)");
+  EXPECT_THROW_WITH(PagedKVCache<double>(config(), 4, 0), ConfigError,
+                    "PagedKVCache: block_size must be > 0 (got 0)");
   auto windowed = config();
   windowed.sliding_window = 8;
   EXPECT_THROW_WITH(PagedKVCache<double>(windowed, 4), ConfigError,
