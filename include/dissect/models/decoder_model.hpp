@@ -6,9 +6,10 @@
 //
 // GPT2Model and LlamaModel are this template with a style (models/styles.hpp); the config gives
 // every size, so parameter_count() is count_parameters(config) exactly. Forward comes in three
-// kinds: inference over a whole sequence, decoding with a KV cache, and training, whose cache
-// feeds backward; loss_and_backward is the training step's arithmetic (an optimizer from
-// optim.hpp then updates parameters_of(model)).
+// kinds: inference over a whole sequence, decoding with a KV cache (contiguous, rolling, or paged:
+// B sequences each at its own position in one forward), and training, whose cache feeds backward;
+// loss_and_backward is the training step's arithmetic (an optimizer from optim.hpp then updates
+// parameters_of(model)).
 #pragma once
 
 #include <cstdint>
