@@ -155,6 +155,10 @@ TEST(PagedKVCache, FullBlocksOfACommonPrefixAreSharedAndFreedWithTheirLastHolder
   }
   fill(second, b);
   EXPECT_EQ(cache.used_blocks(), 4);  // 3 + b's own third block, not 6
+  // 2 (K, V) · L 2 · P 4 · H_kv 2 · d_k 4 · 8 bytes = 1,024 bytes a block, in every layer.
+  EXPECT_EQ((PagedKVCache<double>::block_bytes(config(), 4)), 1024);
+  EXPECT_EQ(cache.bytes(), 16 * 1024);
+  EXPECT_EQ(cache.used_bytes(), 4 * 1024);
   // A prompt of exactly two blocks shares only the first: its last token must be computed.
   const index_t third = cache.add_sequence();
   EXPECT_EQ(cache.share_prefix(third, std::vector<index_t>{1, 2, 3, 4, 5, 6, 7, 8}), 4);

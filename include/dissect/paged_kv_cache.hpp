@@ -69,7 +69,7 @@ class PagedKVCache {
   index_t used_blocks() const { return n_blocks() - free_blocks(); }
   /// Bytes of the pool (all N blocks) and of the blocks in use.
   index_t bytes() const { return 2 * keys_.size() * static_cast<index_t>(sizeof(Scalar)); }
-  index_t used_bytes() const { return used_blocks() * bytes() / n_blocks(); }
+  index_t used_bytes() const { return used_blocks() * (bytes() / n_blocks()); }
   /// Sequences added and not yet released.
   index_t active_sequences() const;
 
