@@ -2,9 +2,9 @@
 // dissect/models/batched_decoding.hpp: every sequence of a batch gets the logits of decoding it
 // alone with a KVCache, row for row, and batched_generate returns generate()'s tokens for every
 // request — mixed prompt lengths, B = 1 … 5 slots, more requests than slots, shared prompt
-// prefixes (fewer blocks, the same tokens), sampling with a seed, EOS — on GPT-2's and LLaMA's
-// parts (grouped-query attention, RoPE at each sequence's own positions), with the pool empty
-// at the end; and what it refuses.
+// prefixes (fewer blocks, the same tokens), sampling with a seed, EOS — on GPT-2's, LLaMA's
+// (grouped-query attention, RoPE at each sequence's own positions) and Mixtral's parts, with the
+// pool empty at the end; and what it refuses.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -59,13 +59,27 @@ std::vector<index_t> generated(const Model& model, const BatchRequest& request) 
 
 template <class Model>
 class BatchedDecoding : public ::testing::Test {};
-using Models = ::testing::Types<GPT2Model<double>, LlamaModel<double>>;
+using Models = ::testing::Types<GPT2Model<double>, LlamaModel<double>, MixtralModel<double>>;
 TYPED_TEST_SUITE(BatchedDecoding, Models);
+
+/// LLaMA's parts with a mixture of 4 SwiGLU experts, 2 per token (Mixtral): each token is routed
+/// on its own, so a batch of sequences must not change any sequence's experts.
+TransformerConfig mixtral_config() {
+  auto config = llama_config();
+  config.n_experts = 4;
+  config.experts_per_token = 2;
+  return config;
+}
 
 template <class Model>
 Model make_model() {
-  constexpr bool gpt2 = std::is_same_v<Model, GPT2Model<double>>;
-  return Model(gpt2 ? gpt2_config() : llama_config(), {.init_std = 0.5, .seed = 11});
+  if constexpr (std::is_same_v<Model, GPT2Model<double>>) {
+    return Model(gpt2_config(), {.init_std = 0.5, .seed = 11});
+  } else if constexpr (std::is_same_v<Model, LlamaModel<double>>) {
+    return Model(llama_config(), {.init_std = 0.5, .seed = 11});
+  } else {
+    return Model(mixtral_config(), {.init_std = 0.5, .seed = 11});
+  }
 }
 
 TYPED_TEST(BatchedDecoding, EachRowOfABatchedStepHasTheLogitsOfItsSequenceDecodedAlone) {
