@@ -31,7 +31,7 @@ set(layer_kernels "kernels/.*" "kernels\\.hpp" "quant/.*")
 set(layer_layers "linear\\.hpp" "linear/.*" "bit_linear\\.hpp" "lora_adapter\\.hpp" "lora_linear\\.hpp" "norm\\.hpp"
                  "batch_norm\\.hpp" "conv2d\\.hpp" "patch_embedding\\.hpp" "embedding\\.hpp" "rope\\.hpp"
                  "qkv\\.hpp" "attention\\.hpp" "flash_attention\\.hpp" "kv_cache\\.hpp"
-                 "rolling_kv_cache\\.hpp" "cross_attention\\.hpp" "linear_attention\\.hpp"
+                 "rolling_kv_cache\\.hpp" "paged_kv_cache\\.hpp" "cross_attention\\.hpp" "linear_attention\\.hpp"
                  "dropout\\.hpp" "loss\\.hpp" "alignment_loss\\.hpp" "optim\\.hpp" "gradients\\.hpp" "sampling\\.hpp")
 set(layer_blocks "blocks/.*")
 set(layer_models "models/.*")

@@ -11,7 +11,8 @@
 // (online-softmax attention, nothing kept) and decoding with a KV cache; all three scale the scores
 // alike, and backward by the scale its forward used. A config's sliding_window W (Mistral's) limits
 // every query to its last W positions in all of them: over a full KVCache by the band mask, or
-// with a RollingKVCache that holds only those W.
+// with a RollingKVCache that holds only those W. A PagedKVCache serves a batch of sequences of
+// different lengths: row b of x continues sequence b at its own position.
 #pragma once
 
 #include <optional>
@@ -33,6 +34,7 @@
 #include "dissect/models/styles.hpp"
 #include "dissect/module.hpp"
 #include "dissect/norm.hpp"
+#include "dissect/paged_kv_cache.hpp"
 #include "dissect/rolling_kv_cache.hpp"
 #include "dissect/rope.hpp"
 #include "dissect/tensor.hpp"
@@ -143,6 +145,14 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
   /// and v replace the ring's oldest (RollingKVCache::attend).
   Tensor<Scalar, 3> infer(ConstTensorView<Scalar, 3> x, const RotaryTable<Scalar>* rope,
                           RollingKVCache<Scalar>& kv, index_t layer) const;
+
+  /// Inference over a paged cache: row b of x [B, T, D] holds the T positions after
+  /// kv.length(sequences[b]) (rotated to those positions); their k and v go to the sequence's
+  /// blocks and q attends to every position it holds (PagedKVCache::attend). The projections see
+  /// all B·T rows at once: one read of the weights for the whole batch.
+  Tensor<Scalar, 3> infer(ConstTensorView<Scalar, 3> x, const RotaryTable<Scalar>* rope,
+                          PagedKVCache<Scalar>& kv, std::span<const index_t> sequences,
+                          index_t layer) const;
 
  private:
   friend class ComposedModule<DecoderLayer>;
@@ -379,6 +389,36 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::infer(ConstTensorView<Scalar, 3> 
   rotate(qkv, kv.length(), rope);
   auto attended = Tensor<Scalar, 4>::uninitialized(qkv.q.shape());
   kv.attend(layer, qkv.q, qkv.k, qkv.v, attended, score_scale_);
+  return finish(x, attended, nullptr);
+}
+
+template <class Scalar, const DecoderStyle& Style>
+Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::infer(ConstTensorView<Scalar, 3> x,
+                                                     const RotaryTable<Scalar>* rope,
+                                                     PagedKVCache<Scalar>& kv,
+                                                     std::span<const index_t> sequences,
+                                                     index_t layer) const {
+  if (static_cast<index_t>(sequences.size()) != x.dim(0)) {
+    throw ShapeError(detail::concat(Style.layer_name, "::infer: ", sequences.size(),
+                                    " sequences for x ", format_shape(x.shape()),
+                                    " (one per row of B)"));
+  }
+  auto qkv = qkv_.forward(norm1_.forward(x));
+  if constexpr (Style.positions == Positions::rotary) {
+    if (!rope) throw Error(detail::concat(Style.layer_name, ": a rotary layer needs a RoPE table"));
+    // Each row is rotated to its own sequence's positions: row b's q and k heads are one
+    // contiguous [1, H, T, d_k] slice.
+    for (auto* part : {&qkv.q, &qkv.k}) {
+      const Shape<4> one{1, part->dim(1), part->dim(2), part->dim(3)};
+      const index_t stride = part->size() / part->dim(0);
+      for (index_t b = 0; b < x.dim(0); ++b) {
+        TensorView<Scalar, 4> rows(part->data() + b * stride, one);
+        apply_rope_into(rows, rows, kv.length(sequences[static_cast<std::size_t>(b)]), *rope);
+      }
+    }
+  }
+  auto attended = Tensor<Scalar, 4>::uninitialized(qkv.q.shape());
+  kv.attend(layer, sequences, qkv.q, qkv.k, qkv.v, attended, score_scale_);
   return finish(x, attended, nullptr);
 }
 

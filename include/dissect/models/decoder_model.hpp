@@ -6,9 +6,10 @@
 //
 // GPT2Model and LlamaModel are this template with a style (models/styles.hpp); the config gives
 // every size, so parameter_count() is count_parameters(config) exactly. Forward comes in three
-// kinds: inference over a whole sequence, decoding with a KV cache, and training, whose cache
-// feeds backward; loss_and_backward is the training step's arithmetic (an optimizer from
-// optim.hpp then updates parameters_of(model)).
+// kinds: inference over a whole sequence, decoding with a KV cache (contiguous, rolling, or paged:
+// B sequences each at its own position in one forward), and training, whose cache feeds backward;
+// loss_and_backward is the training step's arithmetic (an optimizer from optim.hpp then updates
+// parameters_of(model)).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,7 @@
 #include "dissect/loss.hpp"
 #include "dissect/models/decoder_layer.hpp"
 #include "dissect/module.hpp"
+#include "dissect/paged_kv_cache.hpp"
 #include "dissect/rope.hpp"
 #include "dissect/sequential.hpp"
 
@@ -109,6 +111,23 @@ class DecoderModel : public ComposedModule<DecoderModel<Scalar, Style>> {
   ///         later (a MoE's non-finite router logit) may have overwritten ring slots a retry of a
   ///         prompt step would read: clear() the cache then.
   Tensor<Scalar, 3> forward(TokenBatch tokens, RollingKVCache<Scalar>& kv) const;
+
+  /// Batched decoding over a paged cache: row b of `tokens` (B rows of T) continues sequence
+  /// sequences[b] of `kv` at its own position kv.length(sequences[b]) → logits [B, T, V], each
+  /// row equal (to rounding) to decoding that sequence alone; every linear layer runs once over
+  /// the B·T rows. The step's k and v go to the sequences' blocks, taken from the pool as needed.
+  /// @throws ShapeError if sequences does not hold B ids, kv was built for another config, or a
+  ///         sequence's positions would pass the context; Error for an id that is not active or
+  ///         repeats, or a pool without the blocks the step needs; as check_tokens otherwise.
+  ///         Nothing (kv included) changes when these checks refuse the step.
+  Tensor<Scalar, 3> forward(TokenBatch tokens, PagedKVCache<Scalar>& kv,
+                            std::span<const index_t> sequences) const;
+
+  /// A paged cache for this model: `blocks` blocks of `block_size` positions.
+  PagedKVCache<Scalar> make_paged_kv_cache(
+      index_t blocks, index_t block_size = PagedKVCache<Scalar>::default_block_size) const {
+    return PagedKVCache<Scalar>(config_, blocks, block_size);
+  }
 
   /// A rolling cache of the config's sliding_window positions for `batch` sequences.
   /// @throws ConfigError if the config has no sliding_window.
@@ -341,6 +360,35 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens,
     x = layers_.at(i).infer(x, rope(), kv, static_cast<index_t>(i));
   }
   kv.advance(tokens.seq);
+  return logits_of(final_norm_.forward(x), nullptr);
+}
+
+template <class Scalar, const DecoderStyle& Style>
+Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens, PagedKVCache<Scalar>& kv,
+                                                       std::span<const index_t> sequences) const {
+  const std::string op = detail::concat(Style.model_name, "::forward (paged KV cache)");
+  if (static_cast<index_t>(sequences.size()) != tokens.batch) {
+    throw ShapeError(detail::concat(op, ": ", sequences.size(), " sequence ids for B = ",
+                                    tokens.batch, " rows of tokens (one id per row)"));
+  }
+  check_tokens(op, tokens, 0);  // B, T > 0
+  kv.check_step(op, config_, sequences, tokens.seq);
+  for (index_t id : sequences) check_tokens(op, TokenBatch{{}, 1, tokens.seq}, kv.length(id));
+  // E[ids], then each row's positions from its own sequence's length (learned positions).
+  auto x = embedding_.forward(tokens);  // the last check: every id in range
+  if (positions_) {
+    for (index_t b = 0; b < tokens.batch; ++b) {
+      const auto table = positions_->forward_positions(
+          tokens.seq, kv.length(sequences[static_cast<std::size_t>(b)]));
+      Eigen::Map<RowMatrix<Scalar>>(x.data() + b * table.size(), tokens.seq, config_.d_model) +=
+          table.cview().matrix();
+    }
+  }
+  kv.reserve(sequences, tokens.seq);
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    x = layers_.at(i).infer(x, rope(), kv, sequences, static_cast<index_t>(i));
+  }
+  kv.advance(sequences, tokens);
   return logits_of(final_norm_.forward(x), nullptr);
 }
 
