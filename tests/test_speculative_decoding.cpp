@@ -66,6 +66,8 @@ SpeculativeResult run_watching_caches(const Target& target, const Draft& draft,
   while (!decoder.done()) {
     const index_t before = static_cast<index_t>(decoder.sequence().size());
     const index_t accepted_before = decoder.stats().accepted;
+    const index_t proposed_before = decoder.stats().proposed;
+    const index_t draft_before = decoder.draft_cache().length();
     const auto tokens = decoder.round();
     ++rounds;
     result.tokens.insert(result.tokens.end(), tokens.begin(), tokens.end());
@@ -81,6 +83,15 @@ SpeculativeResult run_watching_caches(const Target& target, const Draft& draft,
     }
     EXPECT_EQ(decoder.target_cache().length(), length - 1) << "round " << rounds;
     EXPECT_LE(decoder.draft_cache().length(), length - 1) << "round " << rounds;
+    // The draft caught up with the sequence, then fed its proposals but the last: it keeps the
+    // accepted ones among those. Without proposals it ran no forward.
+    const index_t proposed = decoder.stats().proposed - proposed_before;
+    if (proposed > 0 && !decoder.stats().stopped_at_eos) {
+      EXPECT_EQ(decoder.draft_cache().length(), before + std::min(accepted, proposed - 1))
+          << "round " << rounds;
+    } else if (proposed == 0) {
+      EXPECT_EQ(decoder.draft_cache().length(), draft_before) << "round " << rounds;
+    }
   }
   EXPECT_EQ(decoder.round().size(), 0u);  // done: nothing more
   EXPECT_EQ(decoder.stats().target_forwards, rounds);

@@ -94,7 +94,10 @@ class SpeculativeDecoder {
   /// Whether max_new_tokens (cut to the target's context) are out, or an EOS was.
   bool done() const { return stats_.stopped_at_eos || generated_ >= wanted_; }
   /// One round (see the top of this file): the tokens it returned, 1 to γ + 1 of them, ending at
-  /// an EOS; none once done(). Valid until the next call. @throws as the models' forwards.
+  /// an EOS; none once done(). Valid until the next call.
+  /// @throws as the models' forwards (an id of the prompt outside the vocabulary, in the first
+  ///         round, before anything changes; a MoE's non-finite router logit in a later one, after
+  ///         which the decoder is left mid-round and must not be used again).
   std::span<const index_t> round();
 
   /// The prompt and every token returned so far.
