@@ -47,6 +47,7 @@
 #include "dissect/models/decoder_layer.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/models/generate.hpp"
+#include "dissect/models/speculative_decoding.hpp"
 #include "dissect/models/styles.hpp"
 #include "dissect/norm.hpp"
 #include "dissect/numeric/half.hpp"

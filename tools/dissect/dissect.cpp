@@ -6,6 +6,7 @@
 //                    [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
 //                    [--repetition-penalty R] [--frequency-penalty F] [--presence-penalty P]
 //                    [--seed S] [--num-beams N [--length-penalty X] [--num-return-sequences K]]
+//                    [--draft CHECKPOINT [--gamma N]]
 //   dissect quantize IN OUT --format bf16|int8|q4
 //   dissect quantize IN.gguf OUT.gguf --format q8_0|q4_0|q6_k|q4_k_m|q5_k_m
 //   dissect convert IN.gguf OUT_DIR [--type f32|f16|bf16]
@@ -36,6 +37,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -49,6 +51,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <vector>
 
 #include "dissect/budget.hpp"
@@ -64,6 +67,7 @@
 #include "dissect/io/open_model.hpp"
 #include "dissect/models/beam_search.hpp"
 #include "dissect/models/generate.hpp"
+#include "dissect/models/speculative_decoding.hpp"
 #include "dissect/text/gguf_tokenizer.hpp"
 #include "dissect/text/gguf_tokenizer_metadata.hpp"
 #include "tools/common/byte_vocab.hpp"
@@ -464,6 +468,8 @@ struct GenerateOptions {
   index_t num_beams = 0;   ///< --num-beams: 0 samples; N >= 1 runs beam search instead
   double length_penalty = 1.0;
   index_t num_return_sequences = 1;
+  std::optional<fs::path> draft;  ///< --draft: speculative decoding with this model proposing
+  index_t gamma = 4;              ///< --gamma: its proposals per round
 };
 
 /// The ids of `text` in a byte vocabulary (train_gpt's checkpoints).
@@ -580,11 +586,12 @@ int run_beam_search(const Model& model, const std::vector<index_t>& prompt,
   return exit_ok;
 }
 
-template <class Model>
+/// Samples (or, with a draft, decodes speculatively), streaming the tokens, then the speed.
+template <class Model, class Draft = std::nullptr_t>
 int run_generation(const Model& model, const std::vector<index_t>& prompt,
                    const std::optional<dissect::tools::ByteVocab>& vocab,
                    const std::optional<dissect::text::Tokenizer>& tokenizer,
-                   const GenerateOptions& o) {
+                   const GenerateOptions& o, [[maybe_unused]] const Draft* draft = nullptr) {
   if (o.num_beams > 0) return run_beam_search(model, prompt, vocab, tokenizer, o);
   // With a tokenizer, new ids print as text as soon as they complete a character; the prompt
   // goes through the stream first, so that decoders that look at context (LLaMA's first-space
@@ -602,9 +609,7 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
     for (std::size_t i = 0; i < prompt.size(); ++i) std::cout << (i ? "," : "") << prompt[i];
   }
   std::cout.flush();
-  const dissect::GenerationOptions options{
-      .max_new_tokens = o.max_new_tokens, .sampling = o.sampling, .seed = o.seed};
-  const auto stats = dissect::generate(model, prompt, options, [&](index_t id) {
+  const auto show = [&](index_t id) {
     if (stream && id < static_cast<index_t>(tokenizer->vocab_size())) {
       std::cout << stream->push(static_cast<std::int32_t>(id));
     } else if (vocab && !o.print_ids && id < static_cast<index_t>(vocab->bytes.size())) {
@@ -613,13 +618,41 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
       std::cout << ',' << id;
     }
     std::cout.flush();
-  });
+  };
+  if constexpr (!std::is_same_v<Draft, std::nullptr_t>) {
+    const auto result = dissect::speculative_generate(model, *draft, prompt,
+                                                      {.gamma = o.gamma,
+                                                       .max_new_tokens = o.max_new_tokens,
+                                                       .sampling = o.sampling,
+                                                       .seed = o.seed},
+                                                      show);
+    if (stream) std::cout << stream->finish();
+    const auto& stats = result.stats;
+    std::cout << "\n\nspeculative  " << stats.new_tokens << " tokens in " << stats.seconds
+              << " s (prefill included), " << stats.tokens_per_second() << " tokens/s"
+              << (stats.stopped_at_context ? " (stopped: the context is full)" : "") << "\n"
+              << "draft        " << stats.accepted << " of " << stats.proposed
+              << " proposals accepted (" << 100 * stats.acceptance_rate() << " %), gamma "
+              << o.gamma << "; " << stats.target_forwards << " target forwards, "
+              << stats.draft_forwards << " draft forwards\n";
+    return exit_ok;
+  }
+  const dissect::GenerationOptions options{
+      .max_new_tokens = o.max_new_tokens, .sampling = o.sampling, .seed = o.seed};
+  const auto stats = dissect::generate(model, prompt, options, show);
   if (stream) std::cout << stream->finish();
   std::cout << "\n\nprefill  " << stats.prompt_tokens << " prompt tokens (and the first new one), "
             << stats.prefill_tokens_per_second() << " tokens/s\n"
             << "decode   " << std::max<index_t>(stats.new_tokens - 1, 0) << " tokens, "
             << stats.decode_tokens_per_second() << " tokens/s"
-            << (stats.stopped_at_context ? " (stopped: the context is full)" : "") << "\n";
+            << (stats.stopped_at_context ? " (stopped: the context is full)" : "") << "\n"
+            << "total    " << stats.new_tokens << " tokens in "
+            << stats.prefill_seconds + stats.decode_seconds << " s (prefill included), "
+            << (stats.prefill_seconds + stats.decode_seconds > 0
+                    ? static_cast<double>(stats.new_tokens) /
+                          (stats.prefill_seconds + stats.decode_seconds)
+                    : 0.0)
+            << " tokens/s\n";
   if constexpr (std::is_same_v<typename Model::scalar_type, float>) {
     // Which storage each layer's forward read, and the kernel path its format ran on.
     std::map<std::string, int> layers;
@@ -643,6 +676,9 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
 
 int generate(const GenerateOptions& o) {
   std::vector<index_t> prompt;
+  // The draft proposes the model's own ids: its config (and byte vocabulary, if it records one)
+  // is checked with the model's, before either model's weights load.
+  std::optional<dissect::DetectedCheckpoint> draft_source;
   // Everything the model's config decides (the prompt's ids against its vocabulary and context)
   // is checked before the weights load.
   const auto check = [&](const dissect::tools::ModelText& text) {
@@ -656,12 +692,39 @@ int generate(const GenerateOptions& o) {
                                                  "give token ids with --tokens"));
     }
     prompt = prompt_ids(o, text.config, text.vocab, text.tokenizer);
+    if (!o.draft) return;
+    if (text.gguf || dissect::tools::is_gguf_file(*o.draft)) {
+      throw dissect::ConfigError(
+          "--draft: speculative decoding reads safetensors checkpoints, not GGUF files");
+    }
+    draft_source.emplace(dissect::detect_checkpoint(*o.draft));
+    const dissect::index_t draft_vocab = draft_source->require_model("--draft").config.vocab;
+    if (draft_vocab != text.config.vocab) {
+      throw dissect::ConfigError(
+          dissect::concat("--draft: ", o.draft->string(), " has a vocabulary of ", draft_vocab,
+                          " tokens, the model's has ", text.config.vocab,
+                          " (the draft must propose the model's token ids)"));
+    }
+    const auto draft_bytes = dissect::tools::ByteVocab::from_metadata(
+        draft_source->checkpoint.metadata(), draft_source->checkpoint.path().string());
+    if (text.vocab.has_value() != draft_bytes.has_value() ||
+        (text.vocab && text.vocab->bytes != draft_bytes->bytes)) {
+      throw dissect::ConfigError(dissect::concat(
+          "--draft: ", o.draft->string(),
+          "'s byte vocabulary differs from the model's (the same ids would be other bytes)"));
+    }
   };
-  return dissect::tools::with_model(o.checkpoint, "generate", check,
-                                    [&](const auto& model, const dissect::tools::ModelText& text) {
-                                      return run_generation(model, prompt, text.vocab,
-                                                            text.tokenizer, o);
-                                    });
+  return dissect::tools::with_model(
+      o.checkpoint, "generate", check,
+      [&](const auto& model, const dissect::tools::ModelText& text) {
+        if (!draft_source) return run_generation(model, prompt, text.vocab, text.tokenizer, o);
+        return dissect::visit_model(
+            *draft_source,
+            [&](const auto& draft) {
+              return run_generation(model, prompt, text.vocab, text.tokenizer, o, &draft);
+            },
+            "--draft");
+      });
 }
 
 // ---- quantize -----------------------------------------------------------------------------------
@@ -1023,6 +1086,18 @@ int run(int argc, char** argv) {
                    "beam search: how many of the best to print (1 to --num-beams)")
       ->needs(beams_option)
       ->capture_default_str();
+  std::string draft_path, gamma = "4";
+  auto* draft_option =
+      generate_command
+          ->add_option("--draft", draft_path,
+                       "speculative decoding: a smaller model of the same vocabulary proposes "
+                       "tokens that the model verifies, the output distributed as the model's "
+                       "alone; prints the proposals accepted")
+          ->excludes(beams_option);
+  generate_command
+      ->add_option("--gamma", gamma, "speculative decoding: proposals per round (an integer >= 1)")
+      ->needs(draft_option)
+      ->capture_default_str();
 
   dissect::tools::TokenizeOptions tokenize_options;
   auto* tokenize_command = app.add_subcommand(
@@ -1235,6 +1310,10 @@ int run(int argc, char** argv) {
                                                  " is more than the ", g.num_beams,
                                                  " of --num-beams"));
     }
+  }
+  if (draft_option->count() > 0) {
+    g.draft = draft_path;
+    g.gamma = tools::parse_integer(gamma, "--gamma", 1);
   }
   return generate(g);
 }
