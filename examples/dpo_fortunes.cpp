@@ -103,6 +103,7 @@ using Model = dissect::GPT2Model<float>;
 
 // Limits that keep a typo from asking for days of work or more memory than a desktop has.
 constexpr index_t kMaxSteps = 1'000'000;
+constexpr index_t kMaxBytes = 8192;  // train_gpt's largest context
 constexpr index_t kMaxPairs = 100'000;
 constexpr index_t kMaxBatch = 1024;
 // Rows sampled or evaluated at once: bounds the KV cache and the logits of a chunk.
@@ -142,9 +143,9 @@ void add_flags(CLI::App& app, Flags& flags) {
          "the letter the chosen continuation has fewer of (either case), one ASCII letter "
          "(default e)");
   option("--prompt-bytes", flags.prompt_bytes, "P",
-         "bytes of a fortune's start that make a prompt, 1 or more (default 16)");
+         "bytes of a fortune's start that make a prompt, 1 to 8192 (default 16)");
   option("--response-bytes", flags.response_bytes, "R",
-         "bytes of each sampled continuation, 1 or more; P + R - 1 must fit the model's context "
+         "bytes of each sampled continuation, 1 to 8192; P + R - 1 must fit the model's context "
          "(default 32)");
   option("--pairs", flags.pairs, "N", "training pairs, 1 to 100,000 (default 512)");
   option("--eval-pairs", flags.eval_pairs, "N",
@@ -182,8 +183,8 @@ void validate(const Flags& flags) {
   if (flags.letter.size() != 1 || !std::isalpha(static_cast<unsigned char>(flags.letter[0]))) {
     throw UsageError("--letter: must be one ASCII letter, got \"" + flags.letter + "\"");
   }
-  check_range<index_t>("--prompt-bytes", flags.prompt_bytes, 1, kMaxSteps);
-  check_range<index_t>("--response-bytes", flags.response_bytes, 1, kMaxSteps);
+  check_range<index_t>("--prompt-bytes", flags.prompt_bytes, 1, kMaxBytes);
+  check_range<index_t>("--response-bytes", flags.response_bytes, 1, kMaxBytes);
   check_range<index_t>("--pairs", flags.pairs, 1, kMaxPairs);
   check_range<index_t>("--eval-pairs", flags.eval_pairs, 1, kMaxPairs);
   check_real("--beta", flags.beta, 0, false);
