@@ -38,6 +38,7 @@
 #include "dissect/error.hpp"
 #include "dissect/kernels/compile_once.hpp"
 #include "dissect/numeric/half.hpp"
+#include "dissect/quant/detail/quant_gemm_vnni.hpp"
 #include "dissect/quant/detail/quant_kernels_avx2.hpp"
 #include "dissect/quant/detail/quant_kernels_avx512.hpp"
 #include "dissect/quant/detail/quant_tiles.hpp"
@@ -178,7 +179,7 @@ struct FormatKernels<Int8WeightsView> {
 #if DISSECT_X86
   static constexpr KernelFn<Int8WeightsView> avx2 = drive_rows<Int8Avx2>;
   static constexpr KernelFn<Int8WeightsView> avx512 = drive_rows<Int8Avx512>;
-  static constexpr KernelFn<Int8WeightsView> avx512_vnni = int8_vnni;
+  static constexpr KernelFn<Int8WeightsView> avx512_vnni = int8_vnni_path;
   static constexpr NoKernel avx512_bf16 = no_kernel;
 #endif
 };
@@ -191,7 +192,7 @@ struct FormatKernels<Q4WeightsView> {
 #if DISSECT_X86
   static constexpr KernelFn<Q4WeightsView> avx2 = drive_rows<Q4Avx2>;
   static constexpr KernelFn<Q4WeightsView> avx512 = drive_rows<Q4Avx512>;
-  static constexpr KernelFn<Q4WeightsView> avx512_vnni = q4_vnni;
+  static constexpr KernelFn<Q4WeightsView> avx512_vnni = q4_vnni_path;
   static constexpr NoKernel avx512_bf16 = no_kernel;
 #endif
 };
