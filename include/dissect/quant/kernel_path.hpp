@@ -31,7 +31,11 @@ using dissect::WeightFormat;
 /// kernels.
 constexpr bool path_applies(KernelPath path, WeightFormat format);
 
-/// The fastest supported path for `format` at `m` activation rows, ignoring any pin.
+/// The fastest supported path for `format` at `m` activation rows, ignoring any pin. For int8
+/// and q4_0 that is avx512_vnni at every m (activations quantised per block of 32: GEMV tiles
+/// for a few rows, a packed GEMM from quant::detail::vnni_gemm_min_rows on); pinning avx512
+/// instead keeps the activations fp32 (exact-to-fp32 mode; the bounds in
+/// quant/detail/quant_kernels.hpp).
 KernelPath best_kernel_path(WeightFormat format, index_t m);
 
 /// What a dispatch for `format` at `m` rows runs: the pinned path if it applies to `format`;

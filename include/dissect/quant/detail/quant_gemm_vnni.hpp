@@ -173,9 +173,14 @@ struct VnniRows {
 /// MR rows from i0 × the panel's 32 columns over `blocks` blocks from block b0 of x; the totals
 /// go to acc (fp32, before any per-column scale).
 template <int MR, bool kBlockScale>
-DISSECT_TARGET_VNNI inline void vnni_micro(const VnniPanel& p, const VnniRows& x, index_t i0,
-                                           index_t b0, index_t blocks, __m512 (&acc)[MR][2]) {
+DISSECT_TARGET_VNNI __attribute__((always_inline)) inline void vnni_micro(const VnniPanel& p,
+                                                                          const VnniRows& x,
+                                                                          index_t i0, index_t b0,
+                                                                          index_t blocks,
+                                                                          __m512 (&acc)[MR][2]) {
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  const unsigned char* xq = x.q + i0 * x.ldq + b0 * 32;
+  const float* xs = x.sx + i0 * x.ldsx + b0;
   for (index_t b = 0; b < blocks; ++b) {
     const __m512i c0 = _mm512_load_si512(p.corr + b * 32);
     const __m512i c1 = _mm512_load_si512(p.corr + b * 32 + 16);
@@ -186,7 +191,7 @@ DISSECT_TARGET_VNNI inline void vnni_micro(const VnniPanel& p, const VnniRows& x
       dot[i][1] = c1;
     }
     const std::int8_t* wp = p.w + b * 8 * 128;
-    const index_t kq = (b0 + b) * 32;
+    const unsigned char* xb0 = xq + b * 32;
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
       const __m512i w0 = _mm512_load_si512(wp + s * 128);
@@ -194,7 +199,7 @@ DISSECT_TARGET_VNNI inline void vnni_micro(const VnniPanel& p, const VnniRows& x
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         std::int32_t four;
-        std::memcpy(&four, x.q + (i0 + i) * x.ldq + kq + 4 * s, 4);
+        std::memcpy(&four, xb0 + i * x.ldq + 4 * s, 4);
         const __m512i xb = _mm512_set1_epi32(four);
         dot[i][0] = _mm512_dpbusd_epi32(dot[i][0], xb, w0);
         dot[i][1] = _mm512_dpbusd_epi32(dot[i][1], xb, w1);
@@ -207,7 +212,7 @@ DISSECT_TARGET_VNNI inline void vnni_micro(const VnniPanel& p, const VnniRows& x
     }
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const __m512 s = _mm512_set1_ps(x.sx[(i0 + i) * x.ldsx + b0 + b]);
+      const __m512 s = _mm512_set1_ps(xs[i * x.ldsx + b]);
       if constexpr (kBlockScale) {
         acc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i][0]), _mm512_mul_ps(s, d0), acc[i][0]);
         acc[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i][1]), _mm512_mul_ps(s, d1), acc[i][1]);

@@ -18,6 +18,15 @@
 //                 values up to 127 steps). Integer dot products are exact; what follows rounds as
 //                 above. So |Δ| ≤ Σ_k (sx_b(k)/2)(1 + 2⁻¹⁴)·|ŵ_k| + γ_{K+8}·S', where S' is S
 //                 with |x_k| replaced by |x_k| + sx_b(k)/2.
+//                 The same bound holds for the path's prefill GEMM (quant_gemm_vnni.hpp, from
+//                 vnni_gemm_min_rows rows): the same activation blocks and sx, integer sums exact
+//                 per block of 32 (< 2²⁰), then per block one rounding for cvt·sx (two for q4_0,
+//                 sx·d first) and one for the addition, plus one per K chunk of 512, the int8
+//                 channel scale and the bias: fewer than K + 8 roundings for any K ≥ 1.
+//                 Exact-to-fp32 mode: a caller for whom this activation error matters pins the
+//                 avx512 path (force_kernel_path(KernelPath::avx512), or this header's
+//                 quantized_matmul(KernelPath::avx512, …)): fp32 activations against weights
+//                 widened exactly in registers, the γ_{K+8}·S bound above, at the fp32 rate.
 //   avx512_bf16   each activation is rounded to bf16 (8 significant bits, nearest even):
 //                 |x_k − x̃_k| ≤ 2⁻⁸·|x_k| — 2⁻⁸, not 2⁻⁹: x = 1 + 2⁻⁸ is a tie that rounds to
 //                 1, an error of 2⁻⁸/(1 + 2⁻⁸)·|x|. bf16 × bf16 products are exact in fp32 and
