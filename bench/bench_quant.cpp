@@ -36,7 +36,7 @@ struct Case {
   Format format;
   KernelPath path;       // unused for fp32
   bool prefill = false;  // weights from cache (2 copies): compute-bound, the GEMM's regime
-  bool gemv = false;     // avx512_vnni only: the GEMV tiles, what the path ran before its GEMM
+  bool gemv = false;     // the GEMV tiles of avx512_vnni / avx512_bf16: before their GEMMs
 };
 
 int copies_for(double layer_bytes) {
@@ -135,14 +135,16 @@ struct QuantLayers {
     return {WeightFormat::tq2_0, u8.data() + copy * std::size_t(N * K / 256 * 66), N, K};
   }
 
-  /// y = x·Ŵᵀ with copy `copy`'s weights on `path` (the avx512_vnni GEMV tiles at any m with
-  /// `gemv`: no checks, the bench's own calls are valid).
+  /// y = x·Ŵᵀ with copy `copy`'s weights on `path` (with `gemv`, the avx512_vnni or avx512_bf16
+  /// GEMV tiles at any m: no checks, the bench's own calls are valid).
   void run(KernelPath path, std::size_t copy, const float* x, index_t m, float* y, int threads,
            const float* bias, bool gemv = false) const {
     if (gemv && format == Format::int8)
       return qd::int8_vnni(int8(copy), x, K, m, {y, N, bias}, threads);
     if (gemv && format == Format::q4_0)
       return qd::q4_vnni(q4(copy), x, K, m, {y, N, bias}, threads);
+    if (gemv && format == Format::bf16)
+      return qd::bf16_dot(bf16(copy), x, K, m, {y, N, bias}, threads);
     switch (format) {
       case Format::bf16:
         qd::quantized_matmul(path, bf16(copy), x, K, m, y, N, bias, threads);
@@ -378,7 +380,10 @@ void register_all() {
               ->UseRealTime();
         };
         add(Format::fp32, std::nullopt, false);
-        add(Format::bf16, quant::best_kernel_path(WeightFormat::bf16, tokens), false);
+        if (quant::cpu_supports(KernelPath::avx512_bf16)) {
+          add(Format::bf16, KernelPath::avx512_bf16, false);
+          add(Format::bf16, KernelPath::avx512_bf16, true);
+        }
         for (Format format : {Format::int8, Format::q4_0}) {
           if (quant::cpu_supports(KernelPath::avx512_vnni)) {
             add(format, KernelPath::avx512_vnni, false);

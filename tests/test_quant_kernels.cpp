@@ -287,15 +287,26 @@ TEST(QuantKernels, Q4EveryPathWithinItsBound) {
   run_random<Q4Weights>(1000, 303);
 }
 
-// ---- the avx512_vnni GEMM (quant_gemm_vnni.hpp), called directly at every m ------------------
+// ---- the prefill GEMMs (quant_gemm_vnni.hpp, quant_gemm_bf16.hpp), called directly at every m --
 #if DISSECT_X86
 
-/// The packed GEMM at any m (dispatch runs it from vnni_gemm_min_rows on), against the oracle
-/// with the avx512_vnni bound: K across packed chunks (512) and pads (64), N across panels (32)
-/// and 16-column halves, m across micro-tiles (6) and row blocks, leading dimensions, bias,
-/// threads; a forked run must equal the single-threaded one bit for bit.
+/// A packed GEMM at any m (dispatch runs it from vnni_gemm_min_rows / bf16_gemm_min_rows on),
+/// against the oracle with its path's bound: K across packed chunks (512) and pads (64), N across
+/// panels (32) and 16-column halves, m across micro-tiles (6) and row blocks, leading dimensions,
+/// bias, threads; a forked run must equal the single-threaded one bit for bit.
 template <class Weights>
-void run_vnni_gemm(int count, std::uint64_t seed) {
+void run_gemm(int count, std::uint64_t seed) {
+  // The GEMM under test and the path whose bound it must meet.
+  constexpr bool bf16 = Weights::format == WeightFormat::bf16;
+  const KernelPath path = bf16 ? KernelPath::avx512_bf16 : KernelPath::avx512_vnni;
+  const auto gemm = [](const auto& w, const float* x, index_t ldx, index_t m, const qd::Output& out,
+                       int threads) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(w)>, qd::Bf16WeightsView>) {
+      qd::bf16_gemm(w, x, ldx, m, out, threads);
+    } else {
+      qd::vnni_gemm(w, x, ldx, m, out, threads);
+    }
+  };
   std::mt19937_64 rng(seed);
   const bool q4 = Weights::format == WeightFormat::q4_0;
   const std::vector<index_t> ms = {1, 2, 5, 6, 7, 8, 12, 13, 31, 64, 127, 128, 129};
@@ -334,12 +345,11 @@ void run_vnni_gemm(int count, std::uint64_t seed) {
     const std::size_t y_size = std::size_t(c.m * c.ldy);
     std::vector<float> oracle(y_size, -7.0f), y(y_size, -7.0f);
     qd::quantized_matmul(KernelPath::scalar, w, x, c.ldx, c.m, oracle.data(), c.ldy, b, 1);
-    qd::vnni_gemm(w, x, c.ldx, c.m, qd::Output{y.data(), c.ldy, b}, c.threads);
+    gemm(w, x, c.ldx, c.m, qd::Output{y.data(), c.ldy, b}, c.threads);
     const std::string where = dissect::detail::concat(
-        "vnni_gemm m=", c.m, " N=", c.N, " K=", c.K, " ldx=", c.ldx, " ldy=", c.ldy,
-        " bias=", c.bias, " threads=", c.threads, " x_kind=", c.x_kind);
-    const Violations v =
-        compare(KernelPath::avx512_vnni, w, x, c.ldx, c.m, y.data(), oracle.data(), c.ldy, b);
+        dq::kernel_path_name(path), " GEMM m=", c.m, " N=", c.N, " K=", c.K, " ldx=", c.ldx,
+        " ldy=", c.ldy, " bias=", c.bias, " threads=", c.threads, " x_kind=", c.x_kind);
+    const Violations v = compare(path, w, x, c.ldx, c.m, y.data(), oracle.data(), c.ldy, b);
     ASSERT_EQ(v.count, 0) << where << ": " << v.count << " elements out of bound, first "
                           << v.first;
     for (index_t i = 0; i < c.m; ++i) {
@@ -349,7 +359,7 @@ void run_vnni_gemm(int count, std::uint64_t seed) {
     }
     if (c.threads == 2) {
       std::vector<float> y1(y_size, -7.0f);
-      qd::vnni_gemm(w, x, c.ldx, c.m, qd::Output{y1.data(), c.ldy, b}, 1);
+      gemm(w, x, c.ldx, c.m, qd::Output{y1.data(), c.ldy, b}, 1);
       ASSERT_EQ(0, std::memcmp(y.data(), y1.data(), y_size * sizeof(float))) << where;
     }
   }
@@ -358,7 +368,9 @@ void run_vnni_gemm(int count, std::uint64_t seed) {
 
 /// The GEMM's result with a vector of 16 terms counted twice must fail the bound it passes.
 template <class Weights>
-void check_vnni_gemm_bound_catches_a_doubled_vector() {
+void check_gemm_bound_catches_a_doubled_vector() {
+  constexpr bool bf16 = Weights::format == WeightFormat::bf16;
+  const KernelPath path = bf16 ? KernelPath::avx512_bf16 : KernelPath::avx512_vnni;
   std::mt19937_64 rng(11);
   const Case c{13, 33, 576, 576, 33, false, true, 1, 0};
   const Weights weights = Weights::random(c.N, c.K, rng);
@@ -367,10 +379,13 @@ void check_vnni_gemm_bound_catches_a_doubled_vector() {
   std::vector<float> bias(33, 0.25f), oracle(13 * 33), y(13 * 33);
   qd::quantized_matmul(KernelPath::scalar, w, xs.data(), c.K, c.m, oracle.data(), 33, bias.data(),
                        1);
-  qd::vnni_gemm(w, xs.data(), c.K, c.m, qd::Output{y.data(), 33, bias.data()}, 1);
+  if constexpr (bf16) {
+    qd::bf16_gemm(w, xs.data(), c.K, c.m, qd::Output{y.data(), 33, bias.data()}, 1);
+  } else {
+    qd::vnni_gemm(w, xs.data(), c.K, c.m, qd::Output{y.data(), 33, bias.data()}, 1);
+  }
   const auto check = [&] {
-    return compare(KernelPath::avx512_vnni, w, xs.data(), c.K, c.m, y.data(), oracle.data(), 33,
-                   bias.data());
+    return compare(path, w, xs.data(), c.K, c.m, y.data(), oracle.data(), 33, bias.data());
   };
   EXPECT_EQ(check().count, 0) << check().first;
   for (index_t i = 0; i < c.m; ++i) {
@@ -385,13 +400,18 @@ void check_vnni_gemm_bound_catches_a_doubled_vector() {
 
 TEST(QuantKernels, VnniGemmInt8WithinItsBound) {
   if (!dq::cpu_supports(KernelPath::avx512_vnni)) GTEST_SKIP() << "no AVX512_VNNI";
-  run_vnni_gemm<Int8Weights>(1000, 404);
-  check_vnni_gemm_bound_catches_a_doubled_vector<Int8Weights>();
+  run_gemm<Int8Weights>(1000, 404);
+  check_gemm_bound_catches_a_doubled_vector<Int8Weights>();
 }
 TEST(QuantKernels, VnniGemmQ4WithinItsBound) {
   if (!dq::cpu_supports(KernelPath::avx512_vnni)) GTEST_SKIP() << "no AVX512_VNNI";
-  run_vnni_gemm<Q4Weights>(1000, 505);
-  check_vnni_gemm_bound_catches_a_doubled_vector<Q4Weights>();
+  run_gemm<Q4Weights>(1000, 505);
+  check_gemm_bound_catches_a_doubled_vector<Q4Weights>();
+}
+TEST(QuantKernels, Bf16GemmWithinItsBound) {
+  if (!dq::cpu_supports(KernelPath::avx512_bf16)) GTEST_SKIP() << "no AVX512_BF16";
+  run_gemm<Bf16Weights>(1000, 606);
+  check_gemm_bound_catches_a_doubled_vector<Bf16Weights>();
 }
 #endif
 

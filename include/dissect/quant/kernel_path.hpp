@@ -45,7 +45,8 @@ KernelPath best_kernel_path(WeightFormat format, index_t m);
 KernelPath active_kernel_path(WeightFormat format, index_t m = 1);
 
 /// Below this many activation rows bf16 weights take the avx512 path (fp32 activations, exact)
-/// and from it on avx512_bf16 (activations rounded to bf16). Decode (m ≤ 32) streams each
+/// and from it on avx512_bf16 (activations rounded to bf16; its packed GEMM,
+/// quant/detail/quant_gemm_bf16.hpp). Decode (m ≤ 32) streams each
 /// weight from DRAM once and is bound by bandwidth, where both reach the same speed
 /// (bench_quant), so the exact path wins; prefill is bound by arithmetic, where one dpbf16
 /// does the work of two FMAs and needs no widening.

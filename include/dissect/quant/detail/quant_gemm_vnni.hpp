@@ -75,8 +75,9 @@ inline unsigned char* panel_scratch(std::size_t bytes) {
   return buffer.data() + (64 - address % 64) % 64;
 }
 
-/// Rows r[0..15] of 16 dwords → t[j] = dword j of every row, in row order.
-DISSECT_TARGET_VNNI inline void transpose16x16(__m512i (&r)[16]) {
+/// Rows r[0..15] of 16 dwords → t[j] = dword j of every row, in row order. Plain AVX-512, so
+/// that the bf16 GEMM's packing (quant_gemm_bf16.hpp) inlines it too.
+DISSECT_TARGET_AVX512 inline void transpose16x16(__m512i (&r)[16]) {
   __m512i a[16], b[16];
   for (int i = 0; i < 8; ++i) {
     a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);

@@ -47,6 +47,7 @@
 #include "dissect/error.hpp"
 #include "dissect/kernels/compile_once.hpp"
 #include "dissect/numeric/half.hpp"
+#include "dissect/quant/detail/quant_gemm_bf16.hpp"
 #include "dissect/quant/detail/quant_gemm_vnni.hpp"
 #include "dissect/quant/detail/quant_kernels_avx2.hpp"
 #include "dissect/quant/detail/quant_kernels_avx512.hpp"
@@ -176,7 +177,7 @@ struct FormatKernels<Bf16WeightsView> {
   static constexpr KernelFn<Bf16WeightsView> avx2 = drive_rows<Bf16Avx2>;
   static constexpr KernelFn<Bf16WeightsView> avx512 = bf16_avx512;
   static constexpr NoKernel avx512_vnni = no_kernel;
-  static constexpr KernelFn<Bf16WeightsView> avx512_bf16 = bf16_dot;
+  static constexpr KernelFn<Bf16WeightsView> avx512_bf16 = bf16_dot_path;
 #endif
 };
 
