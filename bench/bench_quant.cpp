@@ -339,7 +339,7 @@ void register_all() {
         add(Format::int8, int8);
         if (alternative(int8, KernelPath::avx512)) add(Format::int8, KernelPath::avx512);
         if (tokens > 1 && quant::cpu_supports(KernelPath::avx512_vnni)) {
-          // From vnni_gemm_min_rows rows the path runs its GEMM: its GEMV tiles too, to compare.
+          // From vnni_gemm_min_rows_* rows the path runs its GEMM: its GEMV tiles too, to compare.
           for (Format format : {Format::int8, Format::q4_0}) {
             const Case c{shape, tokens, threads, format, KernelPath::avx512_vnni, false, true};
             const std::string name =
@@ -357,8 +357,26 @@ void register_all() {
       }
     }
   }
+  // Where the avx512_vnni path's GEMM starts to pay (vnni_gemm_min_rows_*): GEMV tiles against
+  // the GEMM at a few rows, weights streamed from DRAM as in a real model's small prefill.
+  if (quant::cpu_supports(KernelPath::avx512_vnni)) {
+    for (index_t tokens : {8, 16, 24, 32, 48, 64}) {
+      for (Format format : {Format::int8, Format::q4_0}) {
+        for (bool gemv : {true, false}) {
+          const LinearShape shape{4096, 4096, "q"};
+          const Case c{shape, tokens, 1, format, KernelPath::avx512_vnni, false, gemv};
+          const std::string name = std::string("threshold/") + format_name(format) +
+                                   (gemv ? "/gemv" : "/gemm") +
+                                   "/4096x4096/M=" + std::to_string(tokens);
+          benchmark::RegisterBenchmark(name.c_str(), bench_quantized, c)
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        }
+      }
+    }
+  }
   // Prefill at TinyLlama-1.1B's shapes (D 2048, F 5632, K/V 256 wide): compute-bound, weights
-  // from cache. The avx512_vnni path (its GEMM from vnni_gemm_min_rows rows) against its GEMV
+  // from cache. The avx512_vnni path (its GEMM from vnni_gemm_min_rows_* rows) against its GEMV
   // tiles (what it ran before), the exact avx512 path, bf16, and the fp32 packed GEMM.
   const LinearShape tiny[] = {
       {2048, 2048, "q, o"}, {2048, 256, "k, v"}, {2048, 5632, "gate, up"}, {5632, 2048, "down"}};

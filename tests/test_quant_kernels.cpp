@@ -290,7 +290,7 @@ TEST(QuantKernels, Q4EveryPathWithinItsBound) {
 // ---- the prefill GEMMs (quant_gemm_vnni.hpp, quant_gemm_bf16.hpp), called directly at every m --
 #if DISSECT_X86
 
-/// A packed GEMM at any m (dispatch runs it from vnni_gemm_min_rows / bf16_gemm_min_rows on),
+/// A packed GEMM at any m (dispatch runs it from vnni_gemm_min_rows_* / bf16_gemm_min_rows on),
 /// against the oracle with its path's bound: K across packed chunks (512) and pads (64), N across
 /// panels (32) and 16-column halves, m across micro-tiles (6) and row blocks, leading dimensions,
 /// bias, threads; a forked run must equal the single-threaded one bit for bit.

@@ -33,8 +33,8 @@ constexpr bool path_applies(KernelPath path, WeightFormat format);
 
 /// The fastest supported path for `format` at `m` activation rows, ignoring any pin. For int8
 /// and q4_0 that is avx512_vnni at every m (activations quantised per block of 32: GEMV tiles
-/// for a few rows, a packed GEMM from quant::detail::vnni_gemm_min_rows on); pinning avx512
-/// instead keeps the activations fp32 (exact-to-fp32 mode; the bounds in
+/// for a few rows, a packed GEMM from quant::detail::vnni_gemm_min_rows_int8 (8) or _q4 (32) on);
+/// pinning avx512 instead keeps the activations fp32 (exact-to-fp32 mode; the bounds in
 /// quant/detail/quant_kernels.hpp).
 KernelPath best_kernel_path(WeightFormat format, index_t m);
 

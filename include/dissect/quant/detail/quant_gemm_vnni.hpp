@@ -47,9 +47,12 @@ DISSECT_AVX512_WARNINGS_BEGIN
 namespace dissect::quant::detail {
 
 /// From this many activation rows the avx512_vnni path runs the packed GEMM; below it the GEMV
-/// tiles, which stream W once with no packing (decode). bench_quant's prefill rows show where
-/// the GEMM's packing pays.
-inline constexpr index_t vnni_gemm_min_rows = 8;
+/// tiles, which stream W once with no packing (decode). bench_quant's threshold/ rows (4096²,
+/// W from DRAM, 1 thread): int8's GEMM wins from 8 rows on (1.45× there), q4_0's only from
+/// about 24–32 — unpacking nibbles into the panel costs ~0.4 cycles a weight, which the
+/// 4.5-bit GEMV never pays (at 8 rows the GEMM took 1.5× the GEMV's time, at 32 0.96×).
+inline constexpr index_t vnni_gemm_min_rows_int8 = 8;
+inline constexpr index_t vnni_gemm_min_rows_q4 = 32;
 
 /// K per packed chunk: a 32-column panel of it is 16 KB, in L1 with the rows' activations.
 inline constexpr index_t vnni_gemm_kc = 512;
@@ -283,7 +286,7 @@ DISSECT_TARGET_VNNI inline void quantize_rows_blocked(const float* x, index_t ld
   }
 }
 
-/// The GEMM for int8 or q4_0 weights (the avx512_vnni path from vnni_gemm_min_rows rows on;
+/// The GEMM for int8 or q4_0 weights (the avx512_vnni path from vnni_gemm_min_rows_* rows on;
 /// callable at any m ≥ 1, which the tests do).
 template <class View>
 void vnni_gemm(const View& w, const float* x, index_t ldx, index_t m, const Output& out,
@@ -351,10 +354,10 @@ void vnni_gemm(const View& w, const float* x, index_t ldx, index_t m, const Outp
 }
 
 /// The avx512_vnni path's kernels: the GEMV tiles for a few rows, the GEMM from
-/// vnni_gemm_min_rows on.
+/// vnni_gemm_min_rows_int8 / _q4 on.
 inline void int8_vnni_path(const Int8WeightsView& w, const float* x, index_t ldx, index_t m,
                            const Output& out, int threads) {
-  if (m >= vnni_gemm_min_rows) {
+  if (m >= vnni_gemm_min_rows_int8) {
     vnni_gemm(w, x, ldx, m, out, threads);
   } else {
     int8_vnni(w, x, ldx, m, out, threads);
@@ -363,7 +366,7 @@ inline void int8_vnni_path(const Int8WeightsView& w, const float* x, index_t ldx
 
 inline void q4_vnni_path(const Q4WeightsView& w, const float* x, index_t ldx, index_t m,
                          const Output& out, int threads) {
-  if (m >= vnni_gemm_min_rows) {
+  if (m >= vnni_gemm_min_rows_q4) {
     vnni_gemm(w, x, ldx, m, out, threads);
   } else {
     q4_vnni(w, x, ldx, m, out, threads);

@@ -19,7 +19,7 @@
 //                 above. So |Δ| ≤ Σ_k (sx_b(k)/2)(1 + 2⁻¹⁴)·|ŵ_k| + γ_{K+8}·S', where S' is S
 //                 with |x_k| replaced by |x_k| + sx_b(k)/2.
 //                 The same bound holds for the path's prefill GEMM (quant_gemm_vnni.hpp, from
-//                 vnni_gemm_min_rows rows): the same activation blocks and sx, integer sums exact
+//                 vnni_gemm_min_rows_* rows): the same activation blocks and sx, integer sums exact
 //                 per block of 32 (< 2²⁰), then per block one rounding for cvt·sx (two for q4_0,
 //                 sx·d first) and one for the addition, plus one per K chunk of 512, the int8
 //                 channel scale and the bias: fewer than K + 8 roundings for any K ≥ 1.
