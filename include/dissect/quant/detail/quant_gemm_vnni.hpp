@@ -131,7 +131,8 @@ inline float block_scale(const Q4WeightsView& w, index_t n, index_t b) {
   return n < w.rows ? fp16_to_float(w.scales[n * (w.cols / 32) + b]) : 0.0f;
 }
 
-/// Packs columns n0 … n0+31, k in [k0, k0 + kcp) (kcp a multiple of 64) into `out`.
+/// Packs columns n0 … n0+31, k in [k0, k0 + kcp) (kcp a multiple of 64) into a VnniPanel's
+/// arrays: pw (the weights), corr and, for q4_0, d (see VnniPanel).
 template <class View>
 DISSECT_TARGET_VNNI void pack_panel(const View& w, index_t n0, index_t k0, index_t kcp,
                                     std::int8_t* pw, std::int32_t* corr, float* d) {

@@ -4,7 +4,9 @@
 // y = x·Ŵᵀ (+ b) with the weights stored as bf16, int8 per output channel or GGUF q4_0, on any of
 // the code paths of quant/kernel_path.hpp: the scalar oracle, and SIMD paths compiled for their
 // own instruction sets and chosen at run time. x and y are fp32 row-major with leading
-// dimensions; the weights are read in place, never unpacked to a copy.
+// dimensions; the weights are read in place, never unpacked to a copy of the layer (the prefill
+// GEMMs, quant_gemm_vnni.hpp and quant_gemm_bf16.hpp, repack one panel at a time into a
+// per-thread buffer).
 //
 // Error bounds, per element, against the exact Σ_k x_k·ŵ_k + b (u = 2⁻²⁴, γ_n = n·u/(1 − n·u),
 // S = Σ_k |x_k·ŵ_k| + |b|):
