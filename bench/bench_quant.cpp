@@ -34,7 +34,9 @@ struct Case {
   index_t tokens;
   int threads;
   Format format;
-  KernelPath path;  // unused for fp32
+  KernelPath path;       // unused for fp32
+  bool prefill = false;  // weights from cache (2 copies): compute-bound, the GEMM's regime
+  bool gemv = false;     // the GEMV tiles of avx512_vnni / avx512_bf16: before their GEMMs
 };
 
 int copies_for(double layer_bytes) {
@@ -133,9 +135,16 @@ struct QuantLayers {
     return {WeightFormat::tq2_0, u8.data() + copy * std::size_t(N * K / 256 * 66), N, K};
   }
 
-  /// y = x·Ŵᵀ with copy `copy`'s weights on `path`.
+  /// y = x·Ŵᵀ with copy `copy`'s weights on `path` (with `gemv`, the avx512_vnni or avx512_bf16
+  /// GEMV tiles at any m: no checks, the bench's own calls are valid).
   void run(KernelPath path, std::size_t copy, const float* x, index_t m, float* y, int threads,
-           const float* bias) const {
+           const float* bias, bool gemv = false) const {
+    if (gemv && format == Format::int8)
+      return qd::int8_vnni(int8(copy), x, K, m, {y, N, bias}, threads);
+    if (gemv && format == Format::q4_0)
+      return qd::q4_vnni(q4(copy), x, K, m, {y, N, bias}, threads);
+    if (gemv && format == Format::bf16)
+      return qd::bf16_dot(bf16(copy), x, K, m, {y, N, bias}, threads);
     switch (format) {
       case Format::bf16:
         qd::quantized_matmul(path, bf16(copy), x, K, m, y, N, bias, threads);
@@ -249,27 +258,30 @@ void verify(const char* what, const QuantLayers& layers, const Tensor<float, 2>&
 void bench_quantized(benchmark::State& state, Case c) {
   use_threads(c.threads);
   const index_t N = c.shape.out, K = c.shape.in;
-  const int copies = copies_for(layer_bytes(c.format, double(N), double(K)));
+  const int copies = c.prefill ? 2 : copies_for(layer_bytes(c.format, double(N), double(K)));
   const QuantLayers layers(c.format, N, K, copies);
   const auto x = random_tensor<2>({c.tokens, K}, 7);
   std::vector<float> bias(static_cast<std::size_t>(N), 0.25f);
   std::vector<float> y(static_cast<std::size_t>(c.tokens * N));
-  layers.run(c.path, 0, x.data(), c.tokens, y.data(), c.threads, bias.data());
+  layers.run(c.path, 0, x.data(), c.tokens, y.data(), c.threads, bias.data(), c.gemv);
   verify(format_name(c.format), layers, x, bias, y);
   std::size_t copy = 0;
   for (auto _ : state) {
     copy = (copy + 1) % std::size_t(copies);
-    layers.run(c.path, copy, x.data(), c.tokens, y.data(), c.threads, bias.data());
+    layers.run(c.path, copy, x.data(), c.tokens, y.data(), c.threads, bias.data(), c.gemv);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  report(state, c, std::string(quant::kernel_path_name(c.path)).c_str());
+  report(state, c,
+         (std::string(quant::kernel_path_name(c.path)) + (c.gemv ? " gemv" : "")).c_str());
 }
 
 /// The baseline: dissect's fp32 Linear on the same shapes, in the same run.
 void bench_fp32(benchmark::State& state, Case c) {
   use_threads(c.threads);
-  const int copies = copies_for(layer_bytes(Format::fp32, double(c.shape.out), double(c.shape.in)));
+  const int copies =
+      c.prefill ? 2
+                : copies_for(layer_bytes(Format::fp32, double(c.shape.out), double(c.shape.in)));
   std::vector<Linear<float>> layers;
   for (int i = 0; i < copies; ++i) {
     layers.emplace_back(c.shape.in, c.shape.out, LinearOptions{.seed = std::uint64_t(i)});
@@ -326,11 +338,77 @@ void register_all() {
         const KernelPath int8 = best(WeightFormat::int8), q4 = best(WeightFormat::q4_0);
         add(Format::int8, int8);
         if (alternative(int8, KernelPath::avx512)) add(Format::int8, KernelPath::avx512);
+        if (tokens > 1 && quant::cpu_supports(KernelPath::avx512_vnni)) {
+          // From vnni_gemm_min_rows_* rows the path runs its GEMM: its GEMV tiles too, to compare.
+          for (Format format : {Format::int8, Format::q4_0}) {
+            const Case c{shape, tokens, threads, format, KernelPath::avx512_vnni, false, true};
+            const std::string name =
+                std::string("quant/") + format_name(format) + "/avx512_vnni_gemv/" + s;
+            benchmark::RegisterBenchmark(name.c_str(), bench_quantized, c)
+                ->Unit(benchmark::kMicrosecond)
+                ->UseRealTime();
+          }
+        }
         add(Format::q4_0, q4);
         if (alternative(q4, KernelPath::avx512)) add(Format::q4_0, KernelPath::avx512);
         const KernelPath tq2 = best(WeightFormat::tq2_0);
         add(Format::tq2_0, tq2);
         if (alternative(tq2, KernelPath::avx2)) add(Format::tq2_0, KernelPath::avx2);
+      }
+    }
+  }
+  // Where the avx512_vnni path's GEMM starts to pay (vnni_gemm_min_rows_*): GEMV tiles against
+  // the GEMM at a few rows, weights streamed from DRAM as in a real model's small prefill.
+  if (quant::cpu_supports(KernelPath::avx512_vnni)) {
+    for (index_t tokens : {8, 16, 24, 32, 48, 64}) {
+      for (Format format : {Format::int8, Format::q4_0}) {
+        for (bool gemv : {true, false}) {
+          const LinearShape shape{4096, 4096, "q"};
+          const Case c{shape, tokens, 1, format, KernelPath::avx512_vnni, false, gemv};
+          const std::string name = std::string("threshold/") + format_name(format) +
+                                   (gemv ? "/gemv" : "/gemm") +
+                                   "/4096x4096/M=" + std::to_string(tokens);
+          benchmark::RegisterBenchmark(name.c_str(), bench_quantized, c)
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        }
+      }
+    }
+  }
+  // Prefill at TinyLlama-1.1B's shapes (D 2048, F 5632, K/V 256 wide): compute-bound, weights
+  // from cache. The avx512_vnni path (its GEMM from vnni_gemm_min_rows_* rows) against its GEMV
+  // tiles (what it ran before), the exact avx512 path, bf16, and the fp32 packed GEMM.
+  const LinearShape tiny[] = {
+      {2048, 2048, "q, o"}, {2048, 256, "k, v"}, {2048, 5632, "gate, up"}, {5632, 2048, "down"}};
+  for (const auto& shape : tiny) {
+    for (index_t tokens : {128, 512}) {
+      for (int threads : thread_counts) {
+        const std::string s = std::to_string(shape.in) + "x" + std::to_string(shape.out) +
+                              "/M=" + std::to_string(tokens) +
+                              "/threads=" + std::to_string(threads);
+        auto add = [&](Format format, std::optional<KernelPath> path, bool gemv) {
+          const Case c{shape, tokens, threads, format, path.value_or(KernelPath::scalar),
+                       true,  gemv};
+          const std::string variant =
+              path ? std::string(quant::kernel_path_name(*path)) + (gemv ? "_gemv" : "") : "fp32";
+          const std::string name =
+              std::string("prefill/") + format_name(format) + "/" + variant + "/" + s;
+          benchmark::RegisterBenchmark(name.c_str(), path ? bench_quantized : bench_fp32, c)
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        };
+        add(Format::fp32, std::nullopt, false);
+        if (quant::cpu_supports(KernelPath::avx512_bf16)) {
+          add(Format::bf16, KernelPath::avx512_bf16, false);
+          add(Format::bf16, KernelPath::avx512_bf16, true);
+        }
+        for (Format format : {Format::int8, Format::q4_0}) {
+          if (quant::cpu_supports(KernelPath::avx512_vnni)) {
+            add(format, KernelPath::avx512_vnni, false);
+            add(format, KernelPath::avx512_vnni, true);
+          }
+          if (quant::cpu_supports(KernelPath::avx512)) add(format, KernelPath::avx512, false);
+        }
       }
     }
   }

@@ -287,6 +287,134 @@ TEST(QuantKernels, Q4EveryPathWithinItsBound) {
   run_random<Q4Weights>(1000, 303);
 }
 
+// ---- the prefill GEMMs (quant_gemm_vnni.hpp, quant_gemm_bf16.hpp), called directly at every m --
+#if DISSECT_X86
+
+/// A packed GEMM at any m (dispatch runs it from vnni_gemm_min_rows_* / bf16_gemm_min_rows on),
+/// against the oracle with its path's bound: K across packed chunks (512) and pads (64), N across
+/// panels (32) and 16-column halves, m across micro-tiles (6) and row blocks, leading dimensions,
+/// bias, threads; a forked run must equal the single-threaded one bit for bit.
+template <class Weights>
+void run_gemm(int count, std::uint64_t seed) {
+  // The GEMM under test and the path whose bound it must meet.
+  constexpr bool bf16 = Weights::format == WeightFormat::bf16;
+  const KernelPath path = bf16 ? KernelPath::avx512_bf16 : KernelPath::avx512_vnni;
+  const auto gemm = [](const auto& w, const float* x, index_t ldx, index_t m, const qd::Output& out,
+                       int threads) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(w)>, qd::Bf16WeightsView>) {
+      qd::bf16_gemm(w, x, ldx, m, out, threads);
+    } else {
+      qd::vnni_gemm(w, x, ldx, m, out, threads);
+    }
+  };
+  std::mt19937_64 rng(seed);
+  const bool q4 = Weights::format == WeightFormat::q4_0;
+  const std::vector<index_t> ms = {1, 2, 5, 6, 7, 8, 12, 13, 31, 64, 127, 128, 129};
+  const std::vector<index_t> ks = {1, 3, 31, 32, 33, 63, 64, 65, 511, 512, 513, 575, 1088};
+  const std::vector<index_t> q4_ks = {32, 64, 96, 480, 512, 544, 1056};
+  const std::vector<index_t> ns = {1, 15, 16, 17, 31, 32, 33, 48, 64, 65};
+  std::vector<Case> cases;
+  // Big enough to fork (≥ 4M multiply-adds): N narrow (row blocks shared) and wide (panels).
+  cases.push_back({130, 40, q4 ? 1024 : 1030, q4 ? 1027 : 1030, 41, true, true, 2, 0});
+  cases.push_back({64, 161, 512, 512, 161, false, false, 2, 1});
+  std::uniform_int_distribution<int> coin(0, 1), quarter(0, 3);
+  while (int(cases.size()) < count) {
+    Case c{};
+    c.m = pick(rng, ms, 1, 140);
+    c.K = q4 ? pick(rng, q4_ks, 1, 40) : pick(rng, ks, 1, 1100);
+    if (q4 && c.K % 32) c.K *= 32;  // a random block count
+    c.N = pick(rng, ns, 1, 70);
+    while (c.m * c.N * c.K > 100'000 && c.N > 1) c.N /= 2;
+    while (c.m * c.N * c.K > 100'000 && c.m > 1) c.m /= 2;
+    c.ldx = c.K + (quarter(rng) == 0 ? std::uniform_int_distribution<index_t>(1, 7)(rng) : 0);
+    c.ldy = c.N + (quarter(rng) == 0 ? std::uniform_int_distribution<index_t>(1, 7)(rng) : 0);
+    c.x_offset = coin(rng);
+    c.bias = coin(rng);
+    c.threads = 1 + coin(rng);
+    c.x_kind = quarter(rng);
+    cases.push_back(c);
+  }
+  for (const Case& c : cases) {
+    const Weights weights = Weights::random(c.N, c.K, rng);
+    const auto w = weights.view();
+    const std::vector<float> xs = random_x(c, rng);
+    const float* x = xs.data() + (c.x_offset ? 1 : 0);
+    std::vector<float> bias(std::size_t(c.N));
+    for (auto& b : bias) b = std::uniform_real_distribution<float>(-1, 1)(rng);
+    const float* b = c.bias ? bias.data() : nullptr;
+    const std::size_t y_size = std::size_t(c.m * c.ldy);
+    std::vector<float> oracle(y_size, -7.0f), y(y_size, -7.0f);
+    qd::quantized_matmul(KernelPath::scalar, w, x, c.ldx, c.m, oracle.data(), c.ldy, b, 1);
+    gemm(w, x, c.ldx, c.m, qd::Output{y.data(), c.ldy, b}, c.threads);
+    const std::string where = dissect::detail::concat(
+        dq::kernel_path_name(path), " GEMM m=", c.m, " N=", c.N, " K=", c.K, " ldx=", c.ldx,
+        " ldy=", c.ldy, " bias=", c.bias, " threads=", c.threads, " x_kind=", c.x_kind);
+    const Violations v = compare(path, w, x, c.ldx, c.m, y.data(), oracle.data(), c.ldy, b);
+    ASSERT_EQ(v.count, 0) << where << ": " << v.count << " elements out of bound, first "
+                          << v.first;
+    for (index_t i = 0; i < c.m; ++i) {
+      for (index_t n = c.N; n < c.ldy; ++n) {
+        ASSERT_EQ(y[std::size_t(i * c.ldy + n)], -7.0f) << where << ": wrote past N";
+      }
+    }
+    if (c.threads == 2) {
+      std::vector<float> y1(y_size, -7.0f);
+      gemm(w, x, c.ldx, c.m, qd::Output{y1.data(), c.ldy, b}, 1);
+      ASSERT_EQ(0, std::memcmp(y.data(), y1.data(), y_size * sizeof(float))) << where;
+    }
+  }
+  std::printf("[          ] %zu shapes against the oracle\n", cases.size());
+}
+
+/// The GEMM's result with a vector of 16 terms counted twice must fail the bound it passes.
+template <class Weights>
+void check_gemm_bound_catches_a_doubled_vector() {
+  constexpr bool bf16 = Weights::format == WeightFormat::bf16;
+  const KernelPath path = bf16 ? KernelPath::avx512_bf16 : KernelPath::avx512_vnni;
+  std::mt19937_64 rng(11);
+  const Case c{13, 33, 576, 576, 33, false, true, 1, 0};
+  const Weights weights = Weights::random(c.N, c.K, rng);
+  const auto w = weights.view();
+  const std::vector<float> xs = random_x(c, rng);
+  std::vector<float> bias(33, 0.25f), oracle(13 * 33), y(13 * 33);
+  qd::quantized_matmul(KernelPath::scalar, w, xs.data(), c.K, c.m, oracle.data(), 33, bias.data(),
+                       1);
+  if constexpr (bf16) {
+    qd::bf16_gemm(w, xs.data(), c.K, c.m, qd::Output{y.data(), 33, bias.data()}, 1);
+  } else {
+    qd::vnni_gemm(w, xs.data(), c.K, c.m, qd::Output{y.data(), 33, bias.data()}, 1);
+  }
+  const auto check = [&] {
+    return compare(path, w, xs.data(), c.K, c.m, y.data(), oracle.data(), 33, bias.data());
+  };
+  EXPECT_EQ(check().count, 0) << check().first;
+  for (index_t i = 0; i < c.m; ++i) {
+    for (index_t n = 0; n < c.N; ++n) {
+      double extra = 0.0;
+      for (index_t k = 512; k < 528; ++k) extra += xs[i * c.K + k] * qd::weight_value(w, n, k);
+      y[std::size_t(i * 33 + n)] += float(extra);
+    }
+  }
+  EXPECT_GE(check().count, 100) << "the bound let a wrong GEMM result by";
+}
+
+TEST(QuantKernels, VnniGemmInt8WithinItsBound) {
+  if (!dq::cpu_supports(KernelPath::avx512_vnni)) GTEST_SKIP() << "no AVX512_VNNI";
+  run_gemm<Int8Weights>(1000, 404);
+  check_gemm_bound_catches_a_doubled_vector<Int8Weights>();
+}
+TEST(QuantKernels, VnniGemmQ4WithinItsBound) {
+  if (!dq::cpu_supports(KernelPath::avx512_vnni)) GTEST_SKIP() << "no AVX512_VNNI";
+  run_gemm<Q4Weights>(1000, 505);
+  check_gemm_bound_catches_a_doubled_vector<Q4Weights>();
+}
+TEST(QuantKernels, Bf16GemmWithinItsBound) {
+  if (!dq::cpu_supports(KernelPath::avx512_bf16)) GTEST_SKIP() << "no AVX512_BF16";
+  run_gemm<Bf16Weights>(1000, 606);
+  check_gemm_bound_catches_a_doubled_vector<Bf16Weights>();
+}
+#endif
+
 // ---- the oracle against hand-computed values ----------------------------------------------------
 
 TEST(QuantKernels, ScalarOracleMatchesHandComputedBf16) {

@@ -31,7 +31,11 @@ using dissect::WeightFormat;
 /// kernels.
 constexpr bool path_applies(KernelPath path, WeightFormat format);
 
-/// The fastest supported path for `format` at `m` activation rows, ignoring any pin.
+/// The fastest supported path for `format` at `m` activation rows, ignoring any pin. For int8
+/// and q4_0 that is avx512_vnni at every m (activations quantised per block of 32: GEMV tiles
+/// for a few rows, a packed GEMM from quant::detail::vnni_gemm_min_rows_int8 (8) or _q4 (32) on);
+/// pinning avx512 instead keeps the activations fp32 (exact-to-fp32 mode; the bounds in
+/// quant/detail/quant_kernels.hpp).
 KernelPath best_kernel_path(WeightFormat format, index_t m);
 
 /// What a dispatch for `format` at `m` rows runs: the pinned path if it applies to `format`;
@@ -41,7 +45,8 @@ KernelPath best_kernel_path(WeightFormat format, index_t m);
 KernelPath active_kernel_path(WeightFormat format, index_t m = 1);
 
 /// Below this many activation rows bf16 weights take the avx512 path (fp32 activations, exact)
-/// and from it on avx512_bf16 (activations rounded to bf16). Decode (m ≤ 32) streams each
+/// and from it on avx512_bf16 (activations rounded to bf16; its packed GEMM,
+/// quant/detail/quant_gemm_bf16.hpp). Decode (m ≤ 32) streams each
 /// weight from DRAM once and is bound by bandwidth, where both reach the same speed
 /// (bench_quant), so the exact path wins; prefill is bound by arithmetic, where one dpbf16
 /// does the work of two FMAs and needs no widening.

@@ -4,7 +4,9 @@
 // y = x·Ŵᵀ (+ b) with the weights stored as bf16, int8 per output channel or GGUF q4_0, on any of
 // the code paths of quant/kernel_path.hpp: the scalar oracle, and SIMD paths compiled for their
 // own instruction sets and chosen at run time. x and y are fp32 row-major with leading
-// dimensions; the weights are read in place, never unpacked to a copy.
+// dimensions; the weights are read in place, never unpacked to a copy of the layer (the prefill
+// GEMMs, quant_gemm_vnni.hpp and quant_gemm_bf16.hpp, repack one panel at a time into a
+// per-thread buffer).
 //
 // Error bounds, per element, against the exact Σ_k x_k·ŵ_k + b (u = 2⁻²⁴, γ_n = n·u/(1 − n·u),
 // S = Σ_k |x_k·ŵ_k| + |b|):
@@ -18,6 +20,15 @@
 //                 values up to 127 steps). Integer dot products are exact; what follows rounds as
 //                 above. So |Δ| ≤ Σ_k (sx_b(k)/2)(1 + 2⁻¹⁴)·|ŵ_k| + γ_{K+8}·S', where S' is S
 //                 with |x_k| replaced by |x_k| + sx_b(k)/2.
+//                 The same bound holds for the path's prefill GEMM (quant_gemm_vnni.hpp, from
+//                 vnni_gemm_min_rows_* rows): the same activation blocks and sx, integer sums exact
+//                 per block of 32 (< 2²⁰), then per block one rounding for cvt·sx (two for q4_0,
+//                 sx·d first) and one for the addition, plus one per K chunk of 512, the int8
+//                 channel scale and the bias: fewer than K + 8 roundings for any K ≥ 1.
+//                 Exact-to-fp32 mode: a caller for whom this activation error matters pins the
+//                 avx512 path (force_kernel_path(KernelPath::avx512), or this header's
+//                 quantized_matmul(KernelPath::avx512, …)): fp32 activations against weights
+//                 widened exactly in registers, the γ_{K+8}·S bound above, at the fp32 rate.
 //   avx512_bf16   each activation is rounded to bf16 (8 significant bits, nearest even):
 //                 |x_k − x̃_k| ≤ 2⁻⁸·|x_k| — 2⁻⁸, not 2⁻⁹: x = 1 + 2⁻⁸ is a tie that rounds to
 //                 1, an error of 2⁻⁸/(1 + 2⁻⁸)·|x|. bf16 × bf16 products are exact in fp32 and
@@ -38,6 +49,8 @@
 #include "dissect/error.hpp"
 #include "dissect/kernels/compile_once.hpp"
 #include "dissect/numeric/half.hpp"
+#include "dissect/quant/detail/quant_gemm_bf16.hpp"
+#include "dissect/quant/detail/quant_gemm_vnni.hpp"
 #include "dissect/quant/detail/quant_kernels_avx2.hpp"
 #include "dissect/quant/detail/quant_kernels_avx512.hpp"
 #include "dissect/quant/detail/quant_tiles.hpp"
@@ -166,7 +179,7 @@ struct FormatKernels<Bf16WeightsView> {
   static constexpr KernelFn<Bf16WeightsView> avx2 = drive_rows<Bf16Avx2>;
   static constexpr KernelFn<Bf16WeightsView> avx512 = bf16_avx512;
   static constexpr NoKernel avx512_vnni = no_kernel;
-  static constexpr KernelFn<Bf16WeightsView> avx512_bf16 = bf16_dot;
+  static constexpr KernelFn<Bf16WeightsView> avx512_bf16 = bf16_dot_path;
 #endif
 };
 
@@ -178,7 +191,7 @@ struct FormatKernels<Int8WeightsView> {
 #if DISSECT_X86
   static constexpr KernelFn<Int8WeightsView> avx2 = drive_rows<Int8Avx2>;
   static constexpr KernelFn<Int8WeightsView> avx512 = drive_rows<Int8Avx512>;
-  static constexpr KernelFn<Int8WeightsView> avx512_vnni = int8_vnni;
+  static constexpr KernelFn<Int8WeightsView> avx512_vnni = int8_vnni_path;
   static constexpr NoKernel avx512_bf16 = no_kernel;
 #endif
 };
@@ -191,7 +204,7 @@ struct FormatKernels<Q4WeightsView> {
 #if DISSECT_X86
   static constexpr KernelFn<Q4WeightsView> avx2 = drive_rows<Q4Avx2>;
   static constexpr KernelFn<Q4WeightsView> avx512 = drive_rows<Q4Avx512>;
-  static constexpr KernelFn<Q4WeightsView> avx512_vnni = q4_vnni;
+  static constexpr KernelFn<Q4WeightsView> avx512_vnni = q4_vnni_path;
   static constexpr NoKernel avx512_bf16 = no_kernel;
 #endif
 };
