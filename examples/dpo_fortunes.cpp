@@ -72,6 +72,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/byte_checkpoint.hpp"
 #include "common/char_lm.hpp"
 #include "common/cli.hpp"
 #include "common/fortunes.hpp"
@@ -195,35 +196,6 @@ void validate(const Flags& flags) {
 }
 
 // ---- the model and the prompts ------------------------------------------------------------------
-
-struct Base {
-  Model model;
-  dissect::tools::ByteVocab vocab;
-  std::map<std::string, std::string> metadata;
-};
-
-/// Reads --model. @throws UsageError naming --model for a file that cannot be read, that holds no
-/// GPT-2 or no byte vocabulary.
-Base load_base(const std::string& path) {
-  try {
-    const dissect::Checkpoint checkpoint(path);
-    auto vocab = dissect::tools::ByteVocab::from_metadata(checkpoint.metadata(), path);
-    if (!vocab) {
-      throw UsageError("--model: " + path + " records no byte vocabulary (\"" +
-                       dissect::tools::vocab_bytes_key +
-                       "\" in its metadata): dpo_fortunes trains train_gpt's byte-level models");
-    }
-    Model model = dissect::load_model<Model>(checkpoint);
-    if (vocab->size() != model.config().vocab) {
-      throw UsageError("--model: " + path + " has a vocabulary of " +
-                       std::to_string(vocab->size()) +
-                       " bytes for a model of V = " + std::to_string(model.config().vocab));
-    }
-    return {std::move(model), std::move(*vocab), checkpoint.metadata()};
-  } catch (const dissect::Error& error) {
-    throw UsageError(std::string("--model: ") + error.what());
-  }
-}
 
 /// The prompts of the training and the held-out fortunes, each P token ids, in the order
 /// Generator(seed) shuffled them into.
@@ -624,7 +596,8 @@ struct Outputs {
 
 int run(const Flags& flags, Outputs& outputs) {
   namespace ex = dissect::examples;
-  Base base = load_base(flags.model);
+  dissect::examples::ByteCheckpoint base = dissect::examples::load_byte_checkpoint(
+      flags.model, "dpo_fortunes trains train_gpt's byte-level models");
   const dissect::TransformerConfig config = base.model.config();
   const index_t P = flags.prompt_bytes, R = flags.response_bytes, L = P + R;
   if (L - 1 > config.context) {

@@ -63,6 +63,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/byte_checkpoint.hpp"
 #include "common/char_lm.hpp"
 #include "common/cli.hpp"
 #include "common/svg_plot.hpp"
@@ -201,41 +202,6 @@ void validate(const Flags& flags) {
 
 // ---- the model and the data ---------------------------------------------------------------------
 
-/// The base model and what its checkpoint says about it.
-struct Base {
-  Model model;
-  dissect::tools::ByteVocab vocab;
-  index_t file_bytes = 0;  ///< the checkpoint's size on disk
-  std::map<std::string, std::string> metadata;
-};
-
-/// Reads --model. @throws UsageError naming --model for a file that cannot be read, that holds no
-/// GPT-2, or no byte vocabulary.
-Base load_base(const std::string& path) {
-  try {
-    const dissect::Checkpoint checkpoint(path);
-    auto vocab = dissect::tools::ByteVocab::from_metadata(checkpoint.metadata(), path);
-    if (!vocab) {
-      throw UsageError("--model: " + path + " records no byte vocabulary (\"" +
-                       dissect::tools::vocab_bytes_key +
-                       "\" in its metadata): lora_finetune fine-tunes train_gpt's checkpoints");
-    }
-    Model model = dissect::load_model<Model>(checkpoint);
-    if (vocab->size() != model.config().vocab) {
-      throw UsageError("--model: " + path + " has a vocabulary of " +
-                       std::to_string(vocab->size()) +
-                       " bytes for a model of V = " + std::to_string(model.config().vocab));
-    }
-    index_t bytes = 0;
-    for (const auto& shard : checkpoint.shards()) {
-      bytes += static_cast<index_t>(std::filesystem::file_size(shard.path()));
-    }
-    return {std::move(model), std::move(*vocab), bytes, checkpoint.metadata()};
-  } catch (const dissect::Error& error) {
-    throw UsageError(std::string("--model: ") + error.what());
-  }
-}
-
 /// --data cannot be opened: the hint follows.
 struct DataMissing : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -309,7 +275,8 @@ struct Outputs {
 int run(const Flags& flags, Outputs& outputs) {
   namespace ex = dissect::examples;
   const auto targets = target_list(flags.targets);
-  Base base = load_base(flags.model);
+  dissect::examples::ByteCheckpoint base = dissect::examples::load_byte_checkpoint(
+      flags.model, "lora_finetune fine-tunes train_gpt's checkpoints");
   const dissect::TransformerConfig config = base.model.config();
   const index_t T = config.context, B = flags.batch;
   const std::string what = "--batch " + std::to_string(B) + " with context " + std::to_string(T);
