@@ -382,7 +382,9 @@ TEST(SpeculativeDecodingDistribution, TopKZerosStayZero) {
         .tokens;
   });
   for (std::size_t i = 0; i < counts.size(); ++i) {
-    if (expected[i] == 0) EXPECT_EQ(counts[i], 0) << "cell " << i;
+    if (expected[i] == 0) {
+      EXPECT_EQ(counts[i], 0) << "cell " << i;
+    }
   }
   const auto [statistic, df] = chi_square(counts, expected, runs);
   EXPECT_LT(statistic, critical_value(std::max<index_t>(df, 1))) << "df " << df;

@@ -75,12 +75,12 @@ ModelSize model_size(const TransformerConfig& config);
 struct BudgetInputs {
   Dtype weight_dtype = Dtype::fp16;
   Dtype kv_dtype = Dtype::fp16;
-  index_t context = 0;                  ///< T, tokens per sequence held in the KV cache
-  std::optional<index_t> batch;         ///< sequences decoded together; unset → all that fit
-  std::optional<index_t> memory_bytes;  ///< device memory
-  double reserve = 0.0;                 ///< fraction of memory kept free, in [0, 1)
-  std::optional<double> bandwidth;      ///< memory bandwidth, bytes/s
-  std::optional<double> peak_flops;     ///< FLOP/s
+  index_t context = 0;                    ///< T, tokens per sequence held in the KV cache
+  std::optional<index_t> batch{};         ///< sequences decoded together; unset → all that fit
+  std::optional<index_t> memory_bytes{};  ///< device memory
+  double reserve = 0.0;                   ///< fraction of memory kept free, in [0, 1)
+  std::optional<double> bandwidth{};      ///< memory bandwidth, bytes/s
+  std::optional<double> peak_flops{};     ///< FLOP/s
 
   /// @throws ConfigError naming the field: a dtype out of range, context or batch <= 0, memory,
   /// bandwidth or peak <= 0 (or not finite), reserve outside [0, 1).

@@ -59,8 +59,8 @@ struct BeamSearchOptions {
   double length_penalty = 1.0;  ///< the exponent of the generated length dividing a score
   EarlyStopping early_stopping = EarlyStopping::heuristic;
   index_t max_new_tokens = 64;
-  std::optional<index_t> eos_token_id;  ///< none: every hypothesis runs to max_new_tokens
-  index_t num_return_sequences = 1;     ///< ≤ num_beams
+  std::optional<index_t> eos_token_id{};  ///< none: every hypothesis runs to max_new_tokens
+  index_t num_return_sequences = 1;       ///< ≤ num_beams
 };
 
 /// One finished continuation: the generated tokens only (with the EOS that ended it, if one

@@ -42,9 +42,9 @@ namespace dissect {
 struct SpeculativeOptions {
   index_t gamma = 4;  ///< γ ≥ 1: tokens the draft proposes per round (fewer near the end)
   index_t max_new_tokens = 64;
-  SamplingOptions sampling = {};        ///< applied alike to the target's and the draft's logits
-  std::uint64_t seed = 0;               ///< of the draws: proposals, acceptances and corrections
-  std::optional<index_t> eos_token_id;  ///< stop after returning it (it is returned)
+  SamplingOptions sampling = {};          ///< applied alike to the target's and the draft's logits
+  std::uint64_t seed = 0;                 ///< of the draws: proposals, acceptances and corrections
+  std::optional<index_t> eos_token_id{};  ///< stop after returning it (it is returned)
 };
 
 /// What a speculative generation did, and how fast.
