@@ -304,7 +304,7 @@ template <class Model>
 Model load_gguf_model(const GgufFile& file, GgufLoadOptions options) {
   const HfConfig model = read_gguf_config(file);
   require_family<Model>(model.family, concat("load_gguf_model: ", file.path().string()));
-  Model result(model.config);
+  Model result = detail::model_to_load<Model>(model.config, ModelOptions{});
   const GgufWeightsView view(file, model);
   load_state_dict(result, view);
   if constexpr (std::is_same_v<typename Model::scalar_type, float>) {
