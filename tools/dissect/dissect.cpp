@@ -6,6 +6,7 @@
 //                    [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
 //                    [--repetition-penalty R] [--frequency-penalty F] [--presence-penalty P]
 //                    [--seed S] [--num-beams N [--length-penalty X] [--num-return-sequences K]]
+//                    [--threads N] [--no-pack]
 //   dissect quantize IN OUT --format bf16|int8|q4
 //   dissect quantize IN.gguf OUT.gguf --format q8_0|q4_0|q6_k|q4_k_m|q5_k_m
 //   dissect convert IN.gguf OUT_DIR [--type f32|f16|bf16]
@@ -34,6 +35,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -47,7 +49,13 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
+#include <utility>
 #include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "dissect/budget.hpp"
 #include "dissect/count.hpp"
@@ -458,7 +466,44 @@ struct GenerateOptions {
   index_t num_beams = 0;   ///< --num-beams: 0 samples; N >= 1 runs beam search instead
   double length_penalty = 1.0;
   index_t num_return_sequences = 1;
+  /// --threads: the threads every product may use; 0 leaves OpenMP's default (OMP_NUM_THREADS,
+  /// else one per core).
+  index_t threads = 0;
+  bool no_pack = false;  ///< --no-pack: float weights stay as loaded, without a packed copy
+  /// When generate began (before any file opened): the load's time is printed with the rates.
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
+
+/// Lays out every float layer for the packed GEMM once, at load (DecoderModel::pack), unless
+/// --no-pack or a layer is quantised or BitLinear (their own kernels read their own bytes).
+/// Returns whether it packed. The copy costs the layers' float bytes again; it buys prefill
+/// without repacking W per product, and SwiGLU and the residual adds fused into the products.
+template <class Model>
+bool pack_for_inference(Model& model, const GenerateOptions& o) {
+  if constexpr (!std::is_same_v<typename Model::scalar_type, float>) {
+    return false;
+  } else {
+    if (o.no_pack) return false;
+    bool own_kernels = false;
+    dissect::for_each_layer(model, [&](const std::string&, const dissect::Linear<float>& layer) {
+      own_kernels = own_kernels || layer.quantized() || layer.bitlinear();
+    });
+    if (own_kernels) return false;
+    model.pack();
+    return true;
+  }
+}
+
+/// The threads the products run on after --threads, and where the count came from.
+std::string thread_report(index_t asked) {
+#ifdef _OPENMP
+  return dissect::concat(omp_get_max_threads(), " (OpenMP; ",
+                         asked > 0 ? "--threads" : "OMP_NUM_THREADS or the cores", ")");
+#else
+  (void)asked;
+  return "1 (this build has no OpenMP)";
+#endif
+}
 
 /// The ids of `text` in a byte vocabulary (train_gpt's checkpoints).
 /// @throws ConfigError naming --prompt and the first byte the vocabulary lacks.
@@ -578,7 +623,7 @@ template <class Model>
 int run_generation(const Model& model, const std::vector<index_t>& prompt,
                    const std::optional<dissect::tools::ByteVocab>& vocab,
                    const std::optional<dissect::text::Tokenizer>& tokenizer,
-                   const GenerateOptions& o) {
+                   const GenerateOptions& o, bool packed = false) {
   if (o.num_beams > 0) return run_beam_search(model, prompt, vocab, tokenizer, o);
   // With a tokenizer, new ids print as text as soon as they complete a character; the prompt
   // goes through the stream first, so that decoders that look at context (LLaMA's first-space
@@ -596,6 +641,8 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
     for (std::size_t i = 0; i < prompt.size(); ++i) std::cout << (i ? "," : "") << prompt[i];
   }
   std::cout.flush();
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - o.started).count();
   const dissect::GenerationOptions options{
       .max_new_tokens = o.max_new_tokens, .sampling = o.sampling, .seed = o.seed};
   const auto stats = dissect::generate(model, prompt, options, [&](index_t id) {
@@ -619,7 +666,8 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
     std::map<std::string, int> layers;
     dissect::for_each_layer(model, [&](const std::string&, const dissect::Linear<float>& layer) {
       if (!layer.quantized()) {
-        ++layers["fp32"];
+        // Packed: the model's products (its FFN's gate and up fused into one) read packed W.
+        ++layers[packed ? "fp32 packed" : "fp32"];
         return;
       }
       for (const auto format : layer_formats(layer.quantized_weight())) {
@@ -632,6 +680,9 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
     for (const auto& [what, count] : layers) std::cout << " " << what << " ×" << count;
     std::cout << "\n";
   }
+  std::cout << "threads  " << thread_report(o.threads) << "\n"
+            << "load     " << load_seconds << " s (the file read, the model built"
+            << (packed ? " and packed" : "") << ")\n";
   return exit_ok;
 }
 
@@ -639,12 +690,12 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
 // its tokenizer from tokenizer.ggml.* (llama.cpp's, text/gguf_tokenizer.hpp); its weights
 // dequantised to float, the kept block types also run on their own blocks (io/gguf_weights.hpp).
 int generate_gguf(const GenerateOptions& o) {
-  const dissect::GgufFile file(o.checkpoint);
-  const dissect::HfConfig model = dissect::read_gguf_config(file);
+  std::optional<dissect::GgufFile> file(std::in_place, o.checkpoint);
+  const dissect::HfConfig model = dissect::read_gguf_config(*file);
   std::optional<dissect::text::Tokenizer> tokenizer;
-  if (dissect::text::gguf_has_tokenizer(file)) {
+  if (dissect::text::gguf_has_tokenizer(*file)) {
     try {
-      tokenizer = dissect::text::tokenizer_from_gguf(file);
+      tokenizer = dissect::text::tokenizer_from_gguf(*file);
     } catch (const dissect::ConfigError& error) {
       // A tokenizer dissect does not implement stops --prompt; --tokens prints ids instead.
       if (o.prompt) throw dissect::ConfigError(dissect::concat("--prompt: ", error.what()));
@@ -656,28 +707,50 @@ int generate_gguf(const GenerateOptions& o) {
                                                "give token ids with --tokens"));
   }
   const std::vector<index_t> prompt = prompt_ids(o, model.config, std::nullopt, tokenizer);
+  const auto load_and_run = [&](auto type) {
+    using Model = typename decltype(type)::type;
+    auto loaded = dissect::load_gguf_model<Model>(*file);
+    file.reset();  // unmapped before packing: the file's pages leave the resident set
+    const bool packed = pack_for_inference(loaded, o);
+    return run_generation(loaded, prompt, std::nullopt, tokenizer, o, packed);
+  };
   if (model.family == dissect::ModelFamily::llama) {
-    const auto llama = dissect::load_gguf_model<dissect::LlamaModel<float>>(file);
-    return run_generation(llama, prompt, std::nullopt, tokenizer, o);
+    return load_and_run(std::type_identity<dissect::LlamaModel<float>>{});
   }
-  const auto gpt2 = dissect::load_gguf_model<dissect::GPT2Model<float>>(file);
-  return run_generation(gpt2, prompt, std::nullopt, tokenizer, o);
+  return load_and_run(std::type_identity<dissect::GPT2Model<float>>{});
 }
 
-int generate(const GenerateOptions& o) {
+int generate(GenerateOptions o) {
+  o.started = std::chrono::steady_clock::now();
+  // Inference: the model is built without gradient buffers (as large as its weights) and without
+  // the random values the file overwrites.
+  const dissect::ConstructionScope inference({.gradients = false});
   if (dissect::tools::is_gguf_file(o.checkpoint)) return generate_gguf(o);
-  const dissect::DetectedCheckpoint source = dissect::detect_checkpoint(o.checkpoint);
+  std::optional<dissect::DetectedCheckpoint> source(dissect::detect_checkpoint(o.checkpoint));
   // Everything the model's config decides is checked before the weights load.
-  const dissect::HfConfig& recorded = source.require_model("generate");
-  const auto vocab = dissect::tools::ByteVocab::from_metadata(source.checkpoint.metadata(),
-                                                              source.checkpoint.path().string());
+  const dissect::HfConfig recorded = source->require_model("generate");
+  const auto vocab = dissect::tools::ByteVocab::from_metadata(source->checkpoint.metadata(),
+                                                              source->checkpoint.path().string());
   const std::optional<dissect::text::Tokenizer> tokenizer =
       vocab ? std::nullopt
-            : dissect::tools::checkpoint_tokenizer(o.checkpoint, source.checkpoint.metadata());
+            : dissect::tools::checkpoint_tokenizer(o.checkpoint, source->checkpoint.metadata());
   const std::vector<index_t> prompt = prompt_ids(o, recorded.config, vocab, tokenizer);
-  return dissect::visit_model(
-      source, [&](const auto& model) { return run_generation(model, prompt, vocab, tokenizer, o); },
-      "generate");
+  const auto load_and_run = [&](auto type) {
+    using Model = typename decltype(type)::type;
+    auto loaded = dissect::load_model<Model>(*source);
+    source.reset();  // unmapped before packing: the file's pages leave the resident set
+    const bool packed = pack_for_inference(loaded, o);
+    return run_generation(loaded, prompt, vocab, tokenizer, o, packed);
+  };
+  switch (recorded.family) {
+    case dissect::ModelFamily::gpt2:
+      return load_and_run(std::type_identity<dissect::GPT2Model<float>>{});
+    case dissect::ModelFamily::llama:
+      return load_and_run(std::type_identity<dissect::LlamaModel<float>>{});
+    case dissect::ModelFamily::mixtral:
+      break;
+  }
+  return load_and_run(std::type_identity<dissect::MixtralModel<float>>{});
 }
 
 // ---- quantize -----------------------------------------------------------------------------------
@@ -846,6 +919,8 @@ int quantize_gguf_file(const QuantizeOptions& o) {
 
 int quantize(const QuantizeOptions& o) {
   if (o.recipe) return quantize_gguf_file(o);
+  // Quantising freezes every layer: gradient buffers would only take memory.
+  const dissect::ConstructionScope no_gradients({.gradients = false});
   const dissect::DetectedCheckpoint source = dissect::detect_checkpoint(o.input);
   refuse_overwriting_the_input(source, o.output, "quantize");
   return dissect::visit_model(
@@ -1039,6 +1114,14 @@ int run(int argc, char** argv) {
                    "beam search: how many of the best to print (1 to --num-beams)")
       ->needs(beams_option)
       ->capture_default_str();
+  generate_command->add_flag(
+      "--no-pack", generate_options.no_pack,
+      "keep float weights as loaded: no packed copy (as many bytes again), slower prefill");
+  std::string threads;
+  generate_command->add_option(
+      "--threads", threads,
+      "an integer >= 1: the threads the products run on (default: OMP_NUM_THREADS, else the "
+      "cores); a build without OpenMP runs 1");
 
   dissect::tools::TokenizeOptions tokenize_options;
   auto* tokenize_command = app.add_subcommand(
@@ -1184,6 +1267,25 @@ int run(int argc, char** argv) {
   g.sampling.frequency_penalty = tools::parse_real(frequency_penalty, "--frequency-penalty");
   g.sampling.presence_penalty = tools::parse_real(presence_penalty, "--presence-penalty");
   g.seed = tools::parse_uint64(seed, "--seed");
+  if (!threads.empty()) {
+    // More threads than this bound is a typo, not a machine: refuse it before OpenMP tries.
+    constexpr index_t most_threads = 4096;
+    g.threads = tools::parse_integer(threads, "--threads", 1);
+    if (g.threads > most_threads) {
+      throw dissect::ConfigError(
+          dissect::concat("--threads: must be <= ", most_threads, " (got ", g.threads, ")"));
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(static_cast<int>(g.threads));
+#else
+    if (g.threads > 1) {
+      throw dissect::ConfigError(
+          dissect::concat("--threads: ", g.threads,
+                          " threads need OpenMP, and this build has none (configure with "
+                          "-DDISSECT_USE_OPENMP=ON, as the release preset does)"));
+    }
+#endif
+  }
   if (!num_beams.empty()) {
     g.num_beams = tools::parse_integer(num_beams, "--num-beams", 1);
     g.length_penalty = tools::parse_non_negative_real(length_penalty, "--length-penalty");

@@ -219,6 +219,9 @@ void load_into(const GgufWeightsView& view, std::string_view name,
       Scalar* to = out + (part.first_row + r) * row_length;
       for (index_t k = 0; k < row_length; ++k) to[k] = static_cast<Scalar>(from[k]);
     }
+    // Copied: the file's pages need not stay resident beside the model's (a kept block type is
+    // read again, from the page cache, by keep_gguf_blocks).
+    view.file().release(part.name);
   }
 }
 
