@@ -873,6 +873,7 @@ void register_all() {
     if (shape.in != shape.out) shapes.push_back(shape);  // 768→768 is bench_linear's
   }
   shapes.insert(shapes.end(), llama7b_shapes.begin(), llama7b_shapes.end());
+  shapes.insert(shapes.end(), tinyllama_shapes.begin(), tinyllama_shapes.end());
   for (const auto& shape : shapes) {
     for (index_t m : {1, 8, 128}) {
       for (int threads : {1, 2}) {

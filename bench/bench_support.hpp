@@ -45,6 +45,15 @@ inline const std::vector<LinearShape> llama7b_shapes = {
     {11008, 4096, "7B FFN down"},
 };
 
+/// TinyLlama-1.1B's products at prefill (D 2048, H_kv·d_k 256, F 5632): what `dissect generate`
+/// runs per layer, the GEMM rate its whole-model prefill is compared with (bench/README.md).
+inline const std::vector<LinearShape> tinyllama_shapes = {
+    {2048, 2560, "TinyLlama qkv (q 2048 + k 256 + v 256 rows, one product)"},
+    {2048, 2048, "TinyLlama o projection"},
+    {2048, 5632, "TinyLlama FFN gate and up (two products each)"},
+    {5632, 2048, "TinyLlama FFN down"},
+};
+
 /// Prints what ran: threads, OpenMP, BLAS, Eigen's SIMD, compiler and flags.
 inline void print_context() {
 #ifdef _OPENMP

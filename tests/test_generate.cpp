@@ -39,6 +39,33 @@ TEST(Generate, GreedyWithTheCacheEqualsTheArgmaxOfFullForwards) {
   }
 }
 
+TEST(Generate, ForwardLastIsTheLastRowOfTheCachedForwardAndFillsTheSameCache) {
+  const LlamaModel<float> llama(small_llama(), {.init_std = 0.5, .seed = 7});
+  const GPT2Model<float> gpt2(testing::small_gpt2(), {.init_std = 0.5, .seed = 8});
+  const auto check = [](const auto& model) {
+    const index_t vocab = model.config().vocab;
+    const auto ids = testing::random_ids(2 * 5, vocab, 4);
+    auto full_kv = model.make_kv_cache(2);
+    auto last_kv = model.make_kv_cache(2);
+    const auto full = model.forward(TokenBatch{ids, 2, 5}, full_kv);
+    const auto last = model.forward_last(TokenBatch{ids, 2, 5}, last_kv);
+    ASSERT_EQ(last.shape(), (Shape<3>{2, 1, vocab}));
+    EXPECT_EQ(last_kv.length(), 5);
+    // The head's product on 2 rows instead of 10 may round otherwise: within a few ulp.
+    auto expected = Tensor<float, 3>::uninitialized({2, 1, vocab});
+    for (index_t b = 0; b < 2; ++b) {
+      for (index_t v = 0; v < vocab; ++v) expected(b, 0, v) = full(b, 4, v);
+    }
+    EXPECT_TENSOR_NEAR(last, expected, 1e-5, 1e-5);
+    // The next step reads the same cache: one token through both.
+    const std::vector<index_t> next{3, 5};
+    EXPECT_TENSOR_NEAR(model.forward_last(TokenBatch{next, 2, 1}, last_kv),
+                       model.forward(TokenBatch{next, 2, 1}, full_kv), 1e-5, 1e-5);
+  };
+  check(llama);
+  check(gpt2);
+}
+
 TEST(Generate, ASeedRepeatsASampledGenerationAndTheContextBoundsIt) {
   const GPT2Model<float> model(
       {.d_model = 16, .n_layers = 1, .n_heads = 2, .d_ff = 32, .vocab = 29, .context = 12},

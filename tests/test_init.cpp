@@ -1,11 +1,17 @@
-// Tests for dissect/init.hpp: the generator's published test vectors, portable sampling, and
-// the bounds and moments of every init scheme at GPT-2's FFN shape (768 → 3072).
+// Tests for dissect/init.hpp: the generator's published test vectors, portable sampling, the
+// bounds and moments of every init scheme at GPT-2's FFN shape (768 → 3072), and the
+// ConstructionScope through which loaders build layers without random draws or gradients.
 #include "dissect/init.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <thread>
+
+#include "dissect/embedding.hpp"
+#include "dissect/linear.hpp"
 
 #include "support/tensor_testing.hpp"
 
@@ -174,6 +180,71 @@ TEST(Init, ManualSeedRestartsTheDefaultSeedSequence) {
   EXPECT_EQ(next_default_seed(), first);
   EXPECT_EQ(next_default_seed(), second);
   EXPECT_NE(first, second);
+}
+
+TEST(ConstructionScope, NestsAndRestoresAndIsPerThread) {
+  EXPECT_TRUE(ConstructionScope::current().initialise);
+  EXPECT_TRUE(ConstructionScope::current().gradients);
+  {
+    const ConstructionScope outer({.gradients = false});
+    EXPECT_TRUE(ConstructionScope::current().initialise);
+    EXPECT_FALSE(ConstructionScope::current().gradients);
+    {
+      const ConstructionScope inner({.initialise = false, .gradients = true});
+      EXPECT_FALSE(ConstructionScope::current().initialise);
+      EXPECT_TRUE(ConstructionScope::current().gradients);
+    }
+    EXPECT_TRUE(ConstructionScope::current().initialise);
+    EXPECT_FALSE(ConstructionScope::current().gradients);
+    // Another thread builds its layers as usual.
+    bool other_gradients = false;
+    std::thread([&] { other_gradients = ConstructionScope::current().gradients; }).join();
+    EXPECT_TRUE(other_gradients);
+  }
+  EXPECT_TRUE(ConstructionScope::current().gradients);
+}
+
+TEST(ConstructionScope, LayersSkipTheDrawsButTakeTheirSeedsAndCanDoWithoutGradients) {
+  // Without the draws: zeros, and the default seed sequence moves as if they had been drawn, so
+  // the layer built next is the one built without the scope.
+  manual_seed(11);
+  const Linear<float> drawn(6, 4);
+  const Linear<float> next_drawn(6, 4);
+  manual_seed(11);
+  std::optional<Linear<float>> skipped;
+  std::optional<Embedding<float>> table;
+  {
+    const ConstructionScope loading({.initialise = false});
+    skipped.emplace(6, 4);
+  }
+  const Linear<float> next_after(6, 4);
+  for (float v : skipped->weight()) EXPECT_EQ(v, 0.0f);
+  for (float v : skipped->bias()) EXPECT_EQ(v, 0.0f);
+  EXPECT_FALSE(skipped->frozen());
+  EXPECT_EQ(skipped->weight_grad().size(), 24);
+  EXPECT_EQ(std::memcmp(next_after.weight().data(), next_drawn.weight().data(), 24 * sizeof(float)),
+            0);
+  EXPECT_NE(std::memcmp(drawn.weight().data(), skipped->weight().data(), 24 * sizeof(float)), 0);
+
+  // Without gradients: frozen from the start, no gradient memory; unfreezing allocates it.
+  {
+    const ConstructionScope inference({.gradients = false});
+    skipped.emplace(6, 4, LinearOptions{.seed = 3});
+    table.emplace(5, 3, EmbeddingOptions{.seed = 3});
+  }
+  const Linear<float> same_seed(6, 4, LinearOptions{.seed = 3});
+  EXPECT_TRUE(skipped->frozen());
+  EXPECT_THROW_WITH((void)skipped->weight_grad(), Error, "frozen and keeps no gradient");
+  EXPECT_EQ(std::memcmp(skipped->weight().data(), same_seed.weight().data(), 24 * sizeof(float)),
+            0);
+  index_t gradient_values = 0;
+  skipped->for_each_parameter(
+      [&](const ParameterName&, auto, auto grad) { gradient_values += grad.size(); });
+  EXPECT_EQ(gradient_values, 0);
+  EXPECT_TRUE(table->frozen());
+  EXPECT_THROW_WITH((void)table->weight_grad(), Error, "frozen and keeps no gradient");
+  skipped->set_frozen(false);
+  EXPECT_EQ(skipped->weight_grad().size(), 24);
 }
 
 }  // namespace test_init

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -177,6 +178,62 @@ TEST(VisitModel, CallsWithTheModelOfTheCheckpointsFamily) {
   save_module(dir / "weights.safetensors", GPT2Model<float>(testing::small_gpt2(), {.seed = 1}));
   EXPECT_THROW_WITH(visit_model(detect_checkpoint(dir.path()), name_of, "inspect"), ConfigError,
                     "inspect: " + (dir / "weights.safetensors").string() + ": no model config");
+}
+
+// ---- loading for inference ----------------------------------------------------------------------
+
+/// Whether `model` holds any gradient of a matrix (the memory as large as its weights).
+template <class Model>
+index_t matrix_gradient_values(const Model& model) {
+  index_t values = 0;
+  model.for_each_parameter([&](const ParameterName&, auto value, auto grad) {
+    if constexpr (rank_of<decltype(value)> == 2) values += grad.size();
+  });
+  return values;
+}
+
+TEST(LoadForInference, SkippingTheRandomDrawsLoadsTheModelTheOldWayLoaded) {
+  // The old way: the model built with its random values (seed 0, as the loaders passed), then
+  // filled strictly. A parameter the file did not overwrite would stay random there and 0 now.
+  const auto found = detect_checkpoint(hf_dir("llama"));
+  LlamaModel<float> reference(found.model->config, {.seed = 0});
+  load_state_dict(reference, HfCheckpointView(found.checkpoint, *found.model));
+  const auto loaded = load_model<LlamaModel<float>>(found);
+  EXPECT_EQ(parameters_of_model(loaded), parameters_of_model(reference));
+  const auto ids = testing::random_ids(2 * 4, found.model->config.vocab, 9);
+  EXPECT_TENSOR_EQ(loaded.forward(TokenBatch{ids, 2, 4}), reference.forward(TokenBatch{ids, 2, 4}));
+  // Trainable as before: every gradient there.
+  EXPECT_GT(matrix_gradient_values(loaded), 0);
+  EXPECT_EQ(matrix_gradient_values(loaded), matrix_gradient_values(reference));
+}
+
+TEST(LoadForInference, AScopeWithoutGradientsLoadsTheSameModelWithNoGradientBuffers) {
+  const TemporaryDirectory dir;
+  const GPT2Model<float> saved(testing::small_gpt2(), {.seed = 4});
+  save_model(dir / "model.safetensors", saved);
+  for (const fs::path& path : {dir / "model.safetensors", hf_dir("llama")}) {
+    SCOPED_TRACE(path.string());
+    const auto found = detect_checkpoint(path);
+    visit_model(found, [&](const auto& trainable) {
+      using Model = std::remove_cvref_t<decltype(trainable)>;
+      std::optional<Model> inference;
+      {
+        const ConstructionScope scope({.gradients = false});
+        inference.emplace(load_model<Model>(found));
+      }
+      EXPECT_EQ(parameters_of_model(*inference), parameters_of_model(trainable));
+      EXPECT_EQ(matrix_gradient_values(*inference), 0);
+      EXPECT_GT(matrix_gradient_values(trainable), 0);
+      for_each_layer(*inference, [](const std::string& name, const Linear<float>& layer) {
+        EXPECT_TRUE(layer.frozen()) << name;
+      });
+      EXPECT_TRUE(inference->token_embedding().frozen());
+      const auto ids = testing::random_ids(3, found.model->config.vocab, 2);
+      EXPECT_TENSOR_EQ(inference->forward(TokenBatch{ids, 1, 3}),
+                       trainable.forward(TokenBatch{ids, 1, 3}));
+      return 0;
+    });
+  }
 }
 
 // ---- what is none of them -----------------------------------------------------------------------

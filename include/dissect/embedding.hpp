@@ -162,15 +162,19 @@ template <class Scalar>
 Embedding<Scalar>::Embedding(index_t num_embeddings, index_t embedding_dim,
                              EmbeddingOptions options)
     : weight_(detail::embedding_table_shape(num_embeddings, embedding_dim)),
-      weight_grad_(weight_.shape()) {
+      weight_grad_(ConstructionScope::current().gradients ? weight_.shape() : Shape<2>{}),
+      frozen_(!ConstructionScope::current().gradients) {
   const double std = detail::checked_init_std(options.init_std);
+  // The seed is taken even when nothing is drawn: the layers built after this one are the same.
   Generator generator(options.seed ? *options.seed : next_default_seed());
-  fill_normal(weight_, 0.0, std, generator);
+  if (ConstructionScope::current().initialise) fill_normal(weight_, 0.0, std, generator);
 }
 
 template <class Scalar>
 Embedding<Scalar>::Embedding(Tensor<Scalar, 2> weight)
-    : weight_(std::move(weight)), weight_grad_(weight_.shape()) {}
+    : weight_(std::move(weight)),
+      weight_grad_(ConstructionScope::current().gradients ? weight_.shape() : Shape<2>{}),
+      frozen_(!ConstructionScope::current().gradients) {}
 
 template <class Scalar>
 void Embedding<Scalar>::set_weight(ConstTensorView<Scalar, 2> weight) {

@@ -99,6 +99,36 @@ void manual_seed(std::uint64_t seed);
 /// The next seed of that sequence (thread-safe).
 std::uint64_t next_default_seed();
 
+/// How the layers built on this thread start (Linear, Embedding and the models over them).
+struct ConstructionOptions {
+  /// Draw the random initial values. Off: the parameters start at 0 (norm weights at 1, as
+  /// built); for a loader that writes every parameter straight after (it still takes the seeds
+  /// it would have taken, so a program's later layers are the same).
+  bool initialise = true;
+  /// Allocate gradient buffers. Off: Linear and Embedding are built frozen (Linear::set_frozen),
+  /// with no gradient memory: a model for inference, whose gradients would be as large as its
+  /// weights. Unfreezing a layer allocates its gradients as usual.
+  bool gradients = true;
+};
+
+/// While alive, the layers built on this thread follow `options`; the previous options come
+/// back when it ends (scopes nest). The loaders (io/) open one with initialise = false and keep
+/// the caller's gradients setting, so
+///   { ConstructionScope inference({.gradients = false}); model = open_model<…>(path); }
+/// loads a model for inference without gradient buffers.
+class ConstructionScope {
+ public:
+  explicit ConstructionScope(ConstructionOptions options);
+  ~ConstructionScope();
+  ConstructionScope(const ConstructionScope&) = delete;
+  ConstructionScope& operator=(const ConstructionScope&) = delete;
+  /// The options in force on this thread: the innermost scope's, or the defaults.
+  static const ConstructionOptions& current();
+
+ private:
+  ConstructionOptions saved_;
+};
+
 // ---- implementation -----------------------------------------------------------------------------
 
 inline std::uint64_t Generator::next_u64() {
@@ -218,6 +248,27 @@ inline void manual_seed(std::uint64_t seed) {
 inline std::uint64_t next_default_seed() {
   // Consecutive counters are fine as seeds: SplitMix64's mixer decorrelates them.
   return detail::default_seed_counter().fetch_add(1);
+}
+
+namespace detail {
+inline ConstructionOptions& construction_options() {
+  // Per thread: a loader on one thread must not change what another thread's layers start as.
+  static thread_local ConstructionOptions options;
+  return options;
+}
+}  // namespace detail
+
+inline ConstructionScope::ConstructionScope(ConstructionOptions options)
+    : saved_(detail::construction_options()) {
+  detail::construction_options() = options;
+}
+
+inline ConstructionScope::~ConstructionScope() {
+  detail::construction_options() = saved_;
+}
+
+inline const ConstructionOptions& ConstructionScope::current() {
+  return detail::construction_options();
 }
 
 }  // namespace dissect

@@ -315,12 +315,16 @@ Linear<Scalar>::Linear(index_t in_features, index_t out_features, LinearOptions 
       weight_({detail::checked_feature_count(out_features, "out_features"),
                detail::checked_feature_count(in_features, "in_features")}),
       bias_({has_bias_ ? out_features : 0}),
-      weight_grad_(weight_.shape()),
-      bias_grad_(bias_.shape()) {
+      weight_grad_(ConstructionScope::current().gradients ? weight_.shape() : Shape<2>{}),
+      bias_grad_(ConstructionScope::current().gradients ? bias_.shape() : Shape<1>{}),
+      frozen_(!ConstructionScope::current().gradients) {
+  // The seed is taken even when nothing is drawn: the layers built after this one are the same.
   Generator generator(options.seed ? *options.seed : next_default_seed());
+  const InitScheme init = check_init_scheme("Linear", options.init);
+  if (!ConstructionScope::current().initialise) return;  // a loader writes W and b next
   init_linear(weight_.view(),
-              has_bias_ ? std::optional<TensorView<Scalar, 1>>(bias_.view()) : std::nullopt,
-              check_init_scheme("Linear", options.init), generator);
+              has_bias_ ? std::optional<TensorView<Scalar, 1>>(bias_.view()) : std::nullopt, init,
+              generator);
 }
 
 template <class Scalar>
@@ -328,8 +332,9 @@ Linear<Scalar>::Linear(Tensor<Scalar, 2> weight, std::optional<Tensor<Scalar, 1>
     : has_bias_(bias.has_value()),
       weight_(std::move(weight)),
       bias_(bias ? std::move(*bias) : Tensor<Scalar, 1>({0})),
-      weight_grad_(weight_.shape()),
-      bias_grad_({has_bias_ ? out_features() : 0}) {
+      weight_grad_(ConstructionScope::current().gradients ? weight_.shape() : Shape<2>{}),
+      bias_grad_({ConstructionScope::current().gradients && has_bias_ ? out_features() : 0}),
+      frozen_(!ConstructionScope::current().gradients) {
   if (has_bias_ && bias_.dim(0) != out_features()) {
     throw ShapeError(detail::concat("Linear: bias has shape ", format_shape(bias_.shape()),
                                     " but weight ", format_shape(weight_.shape()), " needs [",

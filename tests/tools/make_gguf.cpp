@@ -6,9 +6,10 @@
 //   make_gguf OUT vocab NAME PACKAGES
 //
 // ARCH is llama or gpt2 (the small test models), or tinyllama (TinyLlama-1.1B's shape, 4.4 GB
-// in f32, for bench/compare_llama_cpp.mjs); TYPE the ggml type of the 2-D weights (f32, f16, q8_0,
-// q4_0, q4_K, …); SEED defaults to 1. The second form writes tests/support/vocab_gguf.hpp's
-// vocabulary-only file of tokenizer NAME (llama2, gpt2, llama3, qwen3), read from PACKAGES
+// in f32, for bench/compare_llama_cpp.mjs; tinyllama:L the same with L layers); TYPE the ggml type
+// of the 2-D weights (f32, f16, q8_0, q4_0, q4_K, …); SEED defaults to 1. The second form writes
+// tests/support/vocab_gguf.hpp's vocabulary-only file of tokenizer NAME (llama2, gpt2, llama3,
+// qwen3), read from PACKAGES
 // (.deps/npm). Exit status 0, or 1 with a message.
 #include <iostream>
 #include <string>
@@ -18,7 +19,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 4 || argc > 5) {
-    std::cerr << "usage: make_gguf OUT llama|gpt2|tinyllama TYPE [SEED]\n";
+    std::cerr << "usage: make_gguf OUT llama|gpt2|tinyllama[:L] TYPE [SEED]\n";
     return 1;
   }
   try {
@@ -34,10 +35,16 @@ int main(int argc, char** argv) {
       }
       throw Error(std::string("no vocabulary ") + argv[3]);
     }
-    if (arch == "tinyllama") {
+    if (arch.starts_with("tinyllama")) {
+      // tinyllama:L keeps the shape with L layers: a model that fits a machine's memory beside
+      // the old loaders' peak (12.6 GiB for the 22 layers in f32).
+      TransformerConfig config = testing::tinyllama_gguf_config();
+      if (arch.size() > 9) {
+        if (arch[9] != ':') throw Error("ARCH must be llama, gpt2, tinyllama or tinyllama:L");
+        config.n_layers = std::stoll(arch.substr(10));
+      }
       testing::write_random_gguf_model(argv[1], ModelFamily::llama, ggml_type_from_name(argv[3]),
-                                       argc == 5 ? std::stoull(argv[4]) : 1,
-                                       testing::tinyllama_gguf_config());
+                                       argc == 5 ? std::stoull(argv[4]) : 1, config);
       return 0;
     }
     if (arch != "llama" && arch != "gpt2") throw Error("ARCH must be llama, gpt2 or tinyllama");

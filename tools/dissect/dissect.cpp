@@ -7,6 +7,7 @@
 //                    [--repetition-penalty R] [--frequency-penalty F] [--presence-penalty P]
 //                    [--seed S] [--num-beams N [--length-penalty X] [--num-return-sequences K]]
 //                    [--draft CHECKPOINT [--gamma N]]
+//                    [--threads N] [--no-pack]
 //   dissect quantize IN OUT --format bf16|int8|q4
 //   dissect quantize IN.gguf OUT.gguf --format q8_0|q4_0|q6_k|q4_k_m|q5_k_m
 //   dissect convert IN.gguf OUT_DIR [--type f32|f16|bf16]
@@ -37,6 +38,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -52,7 +54,12 @@
 #include <string_view>
 #include <system_error>
 #include <type_traits>
+#include <utility>
 #include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "dissect/budget.hpp"
 #include "dissect/count.hpp"
@@ -470,7 +477,24 @@ struct GenerateOptions {
   index_t num_return_sequences = 1;
   std::optional<fs::path> draft;  ///< --draft: speculative decoding with this model proposing
   index_t gamma = 4;              ///< --gamma: its proposals per round
+  /// --threads: the threads every product may use; 0 leaves OpenMP's default (OMP_NUM_THREADS,
+  /// else one per core).
+  index_t threads = 0;
+  bool no_pack = false;  ///< --no-pack: float weights stay as loaded, without a packed copy
+  /// When generate began (before any file opened): the load's time is printed with the rates.
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
+
+/// The threads the products run on after --threads, and where the count came from.
+std::string thread_report(index_t asked) {
+#ifdef _OPENMP
+  return dissect::concat(omp_get_max_threads(), " (OpenMP; ",
+                         asked > 0 ? "--threads" : "OMP_NUM_THREADS or the cores", ")");
+#else
+  (void)asked;
+  return "1 (this build has no OpenMP)";
+#endif
+}
 
 /// The ids of `text` in a byte vocabulary (train_gpt's checkpoints).
 /// @throws ConfigError naming --prompt and the first byte the vocabulary lacks.
@@ -591,7 +615,8 @@ template <class Model, class Draft = std::nullptr_t>
 int run_generation(const Model& model, const std::vector<index_t>& prompt,
                    const std::optional<dissect::tools::ByteVocab>& vocab,
                    const std::optional<dissect::text::Tokenizer>& tokenizer,
-                   const GenerateOptions& o, [[maybe_unused]] const Draft* draft = nullptr) {
+                   const GenerateOptions& o, bool packed = false,
+                   [[maybe_unused]] const Draft* draft = nullptr) {
   if (o.num_beams > 0) return run_beam_search(model, prompt, vocab, tokenizer, o);
   // With a tokenizer, new ids print as text as soon as they complete a character; the prompt
   // goes through the stream first, so that decoders that look at context (LLaMA's first-space
@@ -609,6 +634,8 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
     for (std::size_t i = 0; i < prompt.size(); ++i) std::cout << (i ? "," : "") << prompt[i];
   }
   std::cout.flush();
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - o.started).count();
   const auto show = [&](index_t id) {
     if (stream && id < static_cast<index_t>(tokenizer->vocab_size())) {
       std::cout << stream->push(static_cast<std::int32_t>(id));
@@ -618,6 +645,12 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
       std::cout << ',' << id;
     }
     std::cout.flush();
+  };
+  // How many threads the products ran on, and what loading cost.
+  const auto print_setup = [&] {
+    std::cout << "threads  " << thread_report(o.threads) << "\n"
+              << "load     " << load_seconds << " s (the file read, the model built"
+              << (packed ? " and packed" : "") << ")\n";
   };
   if constexpr (!std::is_same_v<Draft, std::nullptr_t>) {
     const auto result = dissect::speculative_generate(model, *draft, prompt,
@@ -635,6 +668,7 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
               << " proposals accepted (" << 100 * stats.acceptance_rate() << " %), gamma "
               << o.gamma << "; " << stats.target_forwards << " target forwards, "
               << stats.draft_forwards << " draft forwards\n";
+    print_setup();
     return exit_ok;
   }
   const dissect::GenerationOptions options{
@@ -658,7 +692,8 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
     std::map<std::string, int> layers;
     dissect::for_each_layer(model, [&](const std::string&, const dissect::Linear<float>& layer) {
       if (!layer.quantized()) {
-        ++layers["fp32"];
+        // Packed: the model's products (its FFN's gate and up fused into one) read packed W.
+        ++layers[packed ? "fp32 packed" : "fp32"];
         return;
       }
       for (const auto format : layer_formats(layer.quantized_weight())) {
@@ -671,10 +706,15 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
     for (const auto& [what, count] : layers) std::cout << " " << what << " ×" << count;
     std::cout << "\n";
   }
+  print_setup();
   return exit_ok;
 }
 
-int generate(const GenerateOptions& o) {
+int generate(GenerateOptions o) {
+  o.started = std::chrono::steady_clock::now();
+  // Inference: the models are built without gradient buffers (as large as their weights) and
+  // without the random values the file overwrites.
+  const dissect::ConstructionScope inference({.gradients = false});
   std::vector<index_t> prompt;
   // The draft proposes the model's own ids: its config (and byte vocabulary, if it records one)
   // is checked with the model's, before either model's weights load.
@@ -715,13 +755,15 @@ int generate(const GenerateOptions& o) {
     }
   };
   return dissect::tools::with_model(
-      o.checkpoint, "generate", check,
-      [&](const auto& model, const dissect::tools::ModelText& text) {
-        if (!draft_source) return run_generation(model, prompt, text.vocab, text.tokenizer, o);
+      o.checkpoint, "generate", check, [&](auto& model, const dissect::tools::ModelText& text) {
+        const bool packed = !o.no_pack && dissect::tools::pack_for_inference(model);
+        if (!draft_source) {
+          return run_generation(model, prompt, text.vocab, text.tokenizer, o, packed);
+        }
         return dissect::visit_model(
             *draft_source,
             [&](const auto& draft) {
-              return run_generation(model, prompt, text.vocab, text.tokenizer, o, &draft);
+              return run_generation(model, prompt, text.vocab, text.tokenizer, o, packed, &draft);
             },
             "--draft");
       });
@@ -893,6 +935,8 @@ int quantize_gguf_file(const QuantizeOptions& o) {
 
 int quantize(const QuantizeOptions& o) {
   if (o.recipe) return quantize_gguf_file(o);
+  // Quantising freezes every layer: gradient buffers would only take memory.
+  const dissect::ConstructionScope no_gradients({.gradients = false});
   const dissect::DetectedCheckpoint source = dissect::detect_checkpoint(o.input);
   refuse_overwriting_the_input(source, o.output, "quantize");
   return dissect::visit_model(
@@ -1098,6 +1142,14 @@ int run(int argc, char** argv) {
       ->add_option("--gamma", gamma, "speculative decoding: proposals per round (an integer >= 1)")
       ->needs(draft_option)
       ->capture_default_str();
+  generate_command->add_flag(
+      "--no-pack", generate_options.no_pack,
+      "keep float weights as loaded: no packed copy (as many bytes again), slower prefill");
+  std::string threads;
+  generate_command->add_option(
+      "--threads", threads,
+      "an integer >= 1: the threads the products run on (default: OMP_NUM_THREADS, else the "
+      "cores); a build without OpenMP runs 1");
 
   dissect::tools::TokenizeOptions tokenize_options;
   auto* tokenize_command = app.add_subcommand(
@@ -1300,6 +1352,25 @@ int run(int argc, char** argv) {
   g.sampling.frequency_penalty = tools::parse_real(frequency_penalty, "--frequency-penalty");
   g.sampling.presence_penalty = tools::parse_real(presence_penalty, "--presence-penalty");
   g.seed = tools::parse_uint64(seed, "--seed");
+  if (!threads.empty()) {
+    // More threads than this bound is a typo, not a machine: refuse it before OpenMP tries.
+    constexpr index_t most_threads = 4096;
+    g.threads = tools::parse_integer(threads, "--threads", 1);
+    if (g.threads > most_threads) {
+      throw dissect::ConfigError(
+          dissect::concat("--threads: must be <= ", most_threads, " (got ", g.threads, ")"));
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(static_cast<int>(g.threads));
+#else
+    if (g.threads > 1) {
+      throw dissect::ConfigError(
+          dissect::concat("--threads: ", g.threads,
+                          " threads need OpenMP, and this build has none (configure with "
+                          "-DDISSECT_USE_OPENMP=ON, as the release preset does)"));
+    }
+#endif
+  }
   if (!num_beams.empty()) {
     g.num_beams = tools::parse_integer(num_beams, "--num-beams", 1);
     g.length_penalty = tools::parse_non_negative_real(length_penalty, "--length-penalty");

@@ -9,10 +9,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "dissect/error.hpp"
+#include "dissect/init.hpp"
 #include "dissect/io/gguf_weights.hpp"
 #include "dissect/io/open_model.hpp"
+#include "dissect/linear.hpp"
+#include "dissect/module.hpp"
 #include "dissect/text/gguf_tokenizer.hpp"
 #include "tools/common/byte_vocab.hpp"
 #include "tools/dissect/gguf_commands.hpp"
@@ -31,44 +35,81 @@ struct ModelText {
 };
 
 /// Opens `path` (a checkpoint or a .gguf file), calls check(text) before any weight is read, then
-/// loads the model as GPT2Model<float>, LlamaModel<float> or MixtralModel<float> and returns
-/// run(model, text); run must return one type for every family. @throws as detect_checkpoint,
-/// GgufFile, read_gguf_config, the loaders and check.
+/// loads the model as GPT2Model<float>, LlamaModel<float> or MixtralModel<float>, releases the
+/// file (its mapped pages leave the resident set before run packs or allocates anything) and
+/// returns run(model, text) with the model mutable, so run may pack it; run must return one type
+/// for every family. A ConstructionScope the caller holds decides whether the model gets gradient
+/// buffers. @throws as detect_checkpoint, GgufFile, read_gguf_config, the loaders and check.
 template <class Check, class Run>
 auto with_model(const std::filesystem::path& path, std::string_view op, Check&& check, Run&& run) {
   ModelText text;
+  const ModelText& read_only = text;
   if (is_gguf_file(path)) {
     // Its config from the metadata, checked against every tensor before anything else; its
     // tokenizer from tokenizer.ggml.*; its weights dequantised to float, the kept block types
     // also run on their own blocks.
-    const GgufFile file(path);
-    const HfConfig model = read_gguf_config(file);
+    std::optional<GgufFile> file(std::in_place, path);
+    const HfConfig model = read_gguf_config(*file);
     text.config = model.config;
     text.gguf = true;
-    if (text::gguf_has_tokenizer(file)) {
+    if (text::gguf_has_tokenizer(*file)) {
       try {
-        text.tokenizer = text::tokenizer_from_gguf(file);
+        text.tokenizer = text::tokenizer_from_gguf(*file);
       } catch (const ConfigError& error) {
         text.tokenizer_error = error.what();  // only a text prompt needs it
       }
     }
-    check(static_cast<const ModelText&>(text));
+    check(read_only);
+    const auto load_and_run = [&](auto type) {
+      auto loaded = load_gguf_model<typename decltype(type)::type>(*file);
+      file.reset();
+      return run(loaded, read_only);
+    };
     if (model.family == ModelFamily::llama) {
-      const auto llama = load_gguf_model<LlamaModel<float>>(file);
-      return run(llama, static_cast<const ModelText&>(text));
+      return load_and_run(std::type_identity<LlamaModel<float>>{});
     }
-    const auto gpt2 = load_gguf_model<GPT2Model<float>>(file);
-    return run(gpt2, static_cast<const ModelText&>(text));
+    return load_and_run(std::type_identity<GPT2Model<float>>{});
   }
-  const DetectedCheckpoint source = detect_checkpoint(path);
-  text.config = source.require_model(op).config;
+  std::optional<DetectedCheckpoint> source(detect_checkpoint(path));
+  const HfConfig recorded = source->require_model(op);
+  text.config = recorded.config;
   text.vocab =
-      ByteVocab::from_metadata(source.checkpoint.metadata(), source.checkpoint.path().string());
-  if (!text.vocab) text.tokenizer = checkpoint_tokenizer(path, source.checkpoint.metadata());
-  check(static_cast<const ModelText&>(text));
-  return visit_model(
-      source, [&](const auto& model) { return run(model, static_cast<const ModelText&>(text)); },
-      op);
+      ByteVocab::from_metadata(source->checkpoint.metadata(), source->checkpoint.path().string());
+  if (!text.vocab) text.tokenizer = checkpoint_tokenizer(path, source->checkpoint.metadata());
+  check(read_only);
+  const auto load_and_run = [&](auto type) {
+    auto loaded = load_model<typename decltype(type)::type>(*source);
+    source.reset();
+    return run(loaded, read_only);
+  };
+  switch (recorded.family) {
+    case ModelFamily::gpt2:
+      return load_and_run(std::type_identity<GPT2Model<float>>{});
+    case ModelFamily::llama:
+      return load_and_run(std::type_identity<LlamaModel<float>>{});
+    case ModelFamily::mixtral:
+      break;
+  }
+  return load_and_run(std::type_identity<MixtralModel<float>>{});
+}
+
+/// Lays out every float layer for the packed GEMM once, at load (DecoderModel::pack), unless a
+/// layer is quantised or BitLinear (their own kernels read their own bytes). Returns whether it
+/// packed. The copy costs the layers' float bytes again; it buys prefill without repacking W per
+/// product, and SwiGLU and the residual adds fused into the products.
+template <class Model>
+bool pack_for_inference(Model& model) {
+  if constexpr (!std::is_same_v<typename Model::scalar_type, float>) {
+    return false;
+  } else {
+    bool own_kernels = false;
+    for_each_layer(model, [&](const std::string&, const Linear<float>& layer) {
+      own_kernels = own_kernels || layer.quantized() || layer.bitlinear();
+    });
+    if (own_kernels) return false;
+    model.pack();
+    return true;
+  }
 }
 
 }  // namespace dissect::tools

@@ -380,9 +380,13 @@ int serve_model(const Model& model, const ModelText& text, const ServeOptions& o
 }  // namespace serve_detail
 
 inline int serve(const ServeOptions& o) {
+  // Inference only: no gradient buffers, no random values the file overwrites; float weights
+  // packed once for the GEMM, as `dissect generate` does.
+  const ConstructionScope inference({.gradients = false});
   return with_model(
       o.checkpoint, "serve", [](const ModelText&) {},
-      [&](const auto& model, const ModelText& text) {
+      [&](auto& model, const ModelText& text) {
+        (void)pack_for_inference(model);
         return serve_detail::serve_model(model, text, o);
       });
 }

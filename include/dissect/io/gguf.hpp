@@ -159,6 +159,10 @@ class GgufFile {
   const GgufTensorInfo& info(std::string_view name) const;
   /// The stored bytes of tensor `name`. @throws as info.
   std::span<const std::byte> bytes(std::string_view name) const;
+  /// A loader's hint after copying tensor `name` out: its whole pages leave the process's
+  /// resident set (a mapped file only; reading it again maps them back, the same bytes).
+  /// @throws as info.
+  void release(std::string_view name) const { storage_.release(bytes(name)); }
   /// Tensor `name` decoded to floats, row-major.
   /// @throws as info; ConfigError naming the tensor for a type dissect does not decode.
   std::vector<float> dequantize(std::string_view name) const;

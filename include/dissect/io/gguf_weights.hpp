@@ -23,10 +23,13 @@
 #pragma once
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "dissect/io/gguf.hpp"
@@ -210,7 +213,24 @@ void load_into(const GgufWeightsView& view, std::string_view name,
   const index_t row_length = mapped.info.shape.size() > 1 ? mapped.info.shape.back() : 1;
   Scalar* out = target.data();
   for (const GgufWeightsView::Part& part : mapped.parts) {
-    const std::vector<float> values = view.file().dequantize(part.name);
+    const GgufFile& file = view.file();
+    if (std::is_same_v<Scalar, float> && file.info(part.name).type == GgmlType::f32) {
+      // Stored as the model computes: rows straight out of the file, without a decoded copy
+      // (which cost a fresh buffer's page faults and one more pass per tensor).
+      const std::span<const std::byte> bytes = file.bytes(part.name);
+      const auto rows =
+          static_cast<index_t>(bytes.size() / sizeof(float)) / std::max<index_t>(row_length, 1);
+      const index_t head_rows = part.heads > 0 ? rows / part.heads : 0;
+      for (index_t r = 0; r < rows; ++r) {
+        const index_t source = head_rows > 0 ? detail::gguf_rotary_source_row(r, head_rows) : r;
+        std::memcpy(out + (part.first_row + r) * row_length,
+                    bytes.data() + source * row_length * index_t{sizeof(float)},
+                    static_cast<std::size_t>(row_length) * sizeof(float));
+      }
+      file.release(part.name);
+      continue;
+    }
+    const std::vector<float> values = file.dequantize(part.name);
     const auto rows = static_cast<index_t>(values.size()) / row_length;
     const index_t head_rows = part.heads > 0 ? rows / part.heads : 0;
     for (index_t r = 0; r < rows; ++r) {
@@ -219,6 +239,9 @@ void load_into(const GgufWeightsView& view, std::string_view name,
       Scalar* to = out + (part.first_row + r) * row_length;
       for (index_t k = 0; k < row_length; ++k) to[k] = static_cast<Scalar>(from[k]);
     }
+    // Copied: the file's pages need not stay resident beside the model's (a kept block type is
+    // read again, from the page cache, by keep_gguf_blocks).
+    file.release(part.name);
   }
 }
 
@@ -304,7 +327,7 @@ template <class Model>
 Model load_gguf_model(const GgufFile& file, GgufLoadOptions options) {
   const HfConfig model = read_gguf_config(file);
   require_family<Model>(model.family, concat("load_gguf_model: ", file.path().string()));
-  Model result(model.config);
+  Model result = detail::model_to_load<Model>(model.config, ModelOptions{});
   const GgufWeightsView view(file, model);
   load_state_dict(result, view);
   if constexpr (std::is_same_v<typename Model::scalar_type, float>) {

@@ -225,7 +225,7 @@ Model load_hf_weights(std::string_view op, const Checkpoint& checkpoint, const H
   require_family<Model>(hf.family, config_file.string());
   const HfCheckpointView view(checkpoint, hf);
   check_checkpoint_fits(op, hf, view, config_file.string(), hf_size_keys(hf.family));
-  Model model(hf.config, {.seed = 0});
+  Model model = model_to_load<Model>(hf.config, ModelOptions{.seed = 0});
   load_state_dict(model, view);
   return model;
 }

@@ -257,7 +257,7 @@ Model load_model(const Checkpoint& checkpoint) {
       "load_model", *recorded, checkpoint,
       dissect::detail::concat(checkpoint.path().string(), " (metadata \"", config_key, "\")"),
       detail::dissect_size_keys);
-  Model model(recorded->config, {.seed = 0});
+  Model model = detail::model_to_load<Model>(recorded->config, ModelOptions{.seed = 0});
   detail::attach_recorded_adapters(model, checkpoint);
   load_module_quantized(model, checkpoint);
   return model;

@@ -84,6 +84,10 @@ class SafetensorsFile {
   const TensorInfo& info(std::string_view name) const;
   /// The stored bytes of tensor `name`, whatever its dtype. @throws as info.
   std::span<const std::byte> bytes(std::string_view name) const;
+  /// A loader's hint after copying tensor `name` out: its whole pages leave the process's
+  /// resident set (a mapped file only; reading it again maps them back, the same bytes).
+  /// @throws as info.
+  void release(std::string_view name) const { storage_.release(bytes(name)); }
 
   /// Tensor `name` converted to Scalar: F32, F64, F16 or BF16 into float or double (F16 and BF16
   /// exactly, F64 into float rounded to nearest).
@@ -298,6 +302,8 @@ void load_into(const SafetensorsFile& file, std::string_view name,
                                     ", the target has shape ", format_shape(target.shape())));
   }
   detail::decode_values(file.bytes(name).data(), dtype, target.size(), target.data());
+  // Copied: the file's pages need not stay resident beside the model's.
+  file.release(name);
 }
 
 template <class Scalar>

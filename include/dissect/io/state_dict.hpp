@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "dissect/error.hpp"
+#include "dissect/init.hpp"
 #include "dissect/io/checkpoint.hpp"
 #include "dissect/io/safetensors.hpp"
 #include "dissect/module.hpp"
@@ -98,6 +99,16 @@ void save_module(const std::filesystem::path& path, const M& module,
 // ---- implementation -----------------------------------------------------------------------------
 
 namespace detail {
+
+/// A model of `config` for a loader to fill strictly (every parameter written next): built
+/// without drawing random values, which the file overwrites (on TinyLlama's shape the draws cost
+/// most of a load), and with gradient buffers only if the caller's ConstructionScope wants them.
+template <class Model, class Config, class Options>
+Model model_to_load(const Config& config, const Options& options) {
+  const ConstructionScope loading(
+      {.initialise = false, .gradients = ConstructionScope::current().gradients});
+  return Model(config, options);
+}
 
 /// The checkpoint name of model parameter `model_name` under `options`, or nullopt if it is not
 /// to be loaded.

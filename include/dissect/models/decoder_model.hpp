@@ -12,6 +12,7 @@
 // parameters_of(model)).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -94,6 +95,11 @@ class DecoderModel : public ComposedModule<DecoderModel<Scalar, Style>> {
   /// @throws ShapeError if kv was built for another config or batch or has no room for T more
   ///         positions; as check_tokens otherwise. Nothing (kv included) changes on a throw.
   Tensor<Scalar, 3> forward(TokenBatch tokens, KVCache<Scalar>& kv) const;
+  /// Decoding as forward(tokens, kv), returning only the logits of each sequence's last new
+  /// token, [B, 1, V]: what generation samples from. Prefill then runs the head (V·D per row) on
+  /// one row, not T. Equal to the last row of forward(tokens, kv). @throws as that forward.
+  Tensor<Scalar, 3> forward_last(TokenBatch tokens, KVCache<Scalar>& kv) const;
+
   /// A cache of another scalar type is refused at compile time (no silent conversion).
   template <class Other>
   requires(!std::is_same_v<Other, Scalar>) Tensor<Scalar, 3> forward(TokenBatch, KVCache<Other>&)
@@ -237,6 +243,7 @@ DecoderModel<Scalar, Style>::DecoderModel(const TransformerConfig& config, Model
 template <class Scalar, const DecoderStyle& Style>
 void DecoderModel<Scalar, Style>::initialise(const ModelOptions& options, std::uint64_t seed) {
   require_positive_finite(Style.model_name, "init_std", options.init_std);
+  if (!ConstructionScope::current().initialise) return;  // a loader writes every parameter
   // GPT-2's scheme (HF _init_weights): every matrix N(0, std²), the two projections that write
   // into the residual stream scaled by 1/√(2L) so its variance does not grow with depth; biases
   // 0; norm weights 1 (as built).
@@ -347,6 +354,27 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens,
   }
   kv.advance(tokens.seq);
   return logits_of(final_norm_.forward(x), nullptr);
+}
+
+template <class Scalar, const DecoderStyle& Style>
+Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward_last(TokenBatch tokens,
+                                                            KVCache<Scalar>& kv) const {
+  const std::string op = detail::concat(Style.model_name, "::forward_last (KV cache)");
+  kv.check_step(op, config_, tokens.batch, tokens.seq);
+  check_tokens(op, tokens, kv.length());
+  auto x = embed(tokens, kv.length());  // the last check: every id in range
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    x = layers_.at(i).infer(x, rope(), &kv, static_cast<index_t>(i));
+  }
+  kv.advance(tokens.seq);
+  if (tokens.seq == 1) return logits_of(final_norm_.forward(x), nullptr);
+  // The norm is per row, so the last row's norm is the norm of the last row.
+  auto last = Tensor<Scalar, 3>::uninitialized({tokens.batch, 1, config_.d_model});
+  for (index_t b = 0; b < tokens.batch; ++b) {
+    const Scalar* row = x.data() + ((b + 1) * tokens.seq - 1) * config_.d_model;
+    std::copy_n(row, config_.d_model, last.data() + b * config_.d_model);
+  }
+  return logits_of(final_norm_.forward(last), nullptr);
 }
 
 template <class Scalar, const DecoderStyle& Style>

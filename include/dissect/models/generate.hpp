@@ -84,7 +84,8 @@ GenerationStats generate(const Model& model, std::span<const index_t> prompt,
                                    static_cast<std::size_t>(vocab));
   };
   auto start = Clock::now();
-  auto logits = model.forward(TokenBatch{prompt, 1, length}, cache);
+  // Only the last position's logits are sampled from: the head runs on that row alone.
+  auto logits = model.forward_last(TokenBatch{prompt, 1, length}, cache);
   for (index_t step = 0; step < wanted; ++step) {
     index_t token = sample_token(last_row(logits), options.sampling, TokenHistory{history, length},
                                  generator, scratch);
@@ -97,7 +98,7 @@ GenerationStats generate(const Model& model, std::span<const index_t> prompt,
     start = now;
     // The last token is only shown: feeding it would need one position past the context.
     if (step + 1 == wanted) break;
-    logits = model.forward(TokenBatch{std::span<const index_t>(&token, 1), 1, 1}, cache);
+    logits = model.forward_last(TokenBatch{std::span<const index_t>(&token, 1), 1, 1}, cache);
   }
   return stats;
 }

@@ -19,6 +19,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -107,6 +108,22 @@ struct FileBytes {
   std::vector<std::byte> owned;
   std::span<const std::byte> bytes() const {
     return owned.empty() ? mapped.bytes() : std::span<const std::byte>(owned);
+  }
+  /// Drops the whole pages inside `range` (a part of bytes()) from the process's resident set,
+  /// when the bytes are mapped: a loader that has copied a tensor out calls it, so that the
+  /// file and the model are not both resident at the end of a load. The mapping is read-only
+  /// and private, so its pages are clean: a later read maps them in again from the page cache,
+  /// the same bytes. Bytes held in memory are left alone (MADV_DONTNEED would zero them).
+  void release(std::span<const std::byte> range) const noexcept {
+    if (!owned.empty() || range.empty()) return;
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto first = reinterpret_cast<std::uintptr_t>(range.data());
+    const std::uintptr_t start = (first + page - 1) / page * page;
+    const std::uintptr_t end = (first + range.size()) / page * page;
+    if (end > start) {
+      // A hint: if the kernel refuses it, the pages just stay resident.
+      (void)::madvise(reinterpret_cast<void*>(start), end - start, MADV_DONTNEED);
+    }
   }
 };
 
