@@ -1,4 +1,5 @@
-// Tests for the ggml block kernels (quant/detail/ggml_dot.hpp, ggml_dot_avx512.hpp) and
+// Tests for the ggml block kernels (quant/detail/ggml_dot.hpp, ggml_dot_avx512.hpp, the packed
+// GEMM of ggml_gemm_vnni.hpp) and
 // QuantizedWeight in ggml's formats (q8_0, q4_K, q5_K, q6_K): the AVX2 and AVX-512 VNNI integer
 // paths against an exact double sum of the same quantised activations, with ŵ rebuilt here from
 // the formats' published formulas (not from the library's decoder), over a thousand shapes; the
@@ -6,6 +7,7 @@
 // the oracle on a hand-built block; stacking, permuting and keeping GGUF blocks; and the errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -284,6 +286,73 @@ TEST(GgmlDot, IntegerPathsDifferFromTheOracleByTheActivationRoundingAlone) {
     }
   }
 }
+
+#if DISSECT_X86
+/// The packed GEMM's float terms per element (ggml_gemm_vnni.hpp): two per group of k (16 for
+/// q6_K, 32 otherwise), two more per block of 32 for q4_K/q5_K's mins, the K chunks, the bias.
+double packed_bound_terms(WeightFormat f, index_t K) {
+  const double group = f == WeightFormat::q6_K ? 16 : 32;
+  const bool mins = f == WeightFormat::q4_K || f == WeightFormat::q5_K;
+  return 8 + 2 * double(K) / group + (mins ? 2 * double(K) / 32 : 0) + 8;
+}
+
+TEST(GgmlDot, PackedGemmOverAThousandShapesIsTheExactSumOfLlamaCppsActivationsWithinItsBound) {
+  if (!quant::cpu_supports(KernelPath::avx512_vnni)) GTEST_SKIP() << "this CPU has no VNNI";
+  std::mt19937_64 rng(31);
+  // m crosses the 6-row micro-tiles, N the 32-column panels (and their masked tails), K the
+  // 512-wide packed chunks (q8_0: up to 20 blocks, odd counts leave half a 64-k slab empty).
+  std::uniform_int_distribution<int> pick_format(0, 3), pick_m(1, 20), pick_n(1, 40),
+      pick_q8_blocks(1, 20), pick_super_blocks(1, 3);
+  double worst = 0;
+  int shapes = 0;
+  for (; shapes < 1100; ++shapes) {
+    const WeightFormat f = ggml_formats[pick_format(rng)];
+    const index_t m = pick_m(rng), N = pick_n(rng);
+    const index_t K =
+        f == WeightFormat::q8_0 ? 32 * pick_q8_blocks(rng) : 256 * pick_super_blocks(rng);
+    const auto bytes = random_blocks(f, N, K, rng);
+    const auto x = random_floats(std::size_t(m * K), rng, 3.0f);
+    const auto bias = shapes % 3 == 0 ? std::vector<float>{} : random_floats(std::size_t(N), rng);
+    std::vector<double> exact, magnitude;
+    exact_products(f, bytes, N, K, quantised_activations(f, x, m, K), m, bias, exact, magnitude);
+    std::vector<float> y(std::size_t(m * N), NAN);
+    qd::ggml_vnni_gemm({f, bytes.data(), N, K}, x.data(), K, m, y.data(), N,
+                       bias.empty() ? nullptr : bias.data(), 1 + shapes % 2);
+    const double terms = packed_bound_terms(f, K);
+    for (std::size_t e = 0; e < y.size(); ++e) {
+      ASSERT_LE(std::abs(y[e] - exact[e]), terms * u32 * magnitude[e])
+          << weight_format_name(f) << " m " << m << " N " << N << " K " << K << " element " << e;
+      worst = std::max(worst, std::abs(y[e] - exact[e]) / magnitude[e]);
+    }
+  }
+  EXPECT_EQ(shapes, 1100);
+  EXPECT_GT(worst, 0.0);
+}
+
+TEST(GgmlDot, PackedGemmRunsFromItsRowThresholdWithTheSameBitsOnAnyThreadCount) {
+  if (!quant::cpu_supports(KernelPath::avx512_vnni)) GTEST_SKIP() << "this CPU has no VNNI";
+  std::mt19937_64 rng(32);
+  for (const WeightFormat f : ggml_formats) {
+    SCOPED_TRACE(weight_format_name(f));
+    const index_t m = qd::ggml_vnni_gemm_min_rows + 5, N = 70, K = 2 * block_of(f) * 2;
+    const auto bytes = random_blocks(f, N, K, rng);
+    const auto x = random_floats(std::size_t(m * K), rng);
+    const qd::GgmlWeightsView w{f, bytes.data(), N, K};
+    std::vector<float> via_path(std::size_t(m * N)), packed1(via_path), packed2(via_path),
+        tiles(via_path);
+    qd::ggml_matmul(KernelPath::avx512_vnni, w, x.data(), K, m, via_path.data(), N, nullptr, 2);
+    qd::ggml_vnni_gemm(w, x.data(), K, m, packed1.data(), N, nullptr, 1);
+    qd::ggml_vnni_gemm(w, x.data(), K, m, packed2.data(), N, nullptr, 2);
+    EXPECT_EQ(std::memcmp(via_path.data(), packed1.data(), packed1.size() * 4), 0);
+    EXPECT_EQ(std::memcmp(packed2.data(), packed1.data(), packed1.size() * 4), 0);
+    // One row fewer than the threshold runs the 8-row tiles: the same integers, other float
+    // sums, so some bits differ (the dispatch above is not vacuous).
+    const index_t below = qd::ggml_vnni_gemm_min_rows - 1;
+    qd::ggml_matmul(KernelPath::avx512_vnni, w, x.data(), K, below, tiles.data(), N, nullptr, 1);
+    EXPECT_NE(std::memcmp(tiles.data(), packed1.data(), std::size_t(below * N) * 4), 0);
+  }
+}
+#endif
 
 TEST(GgmlDot, OracleOnAHandBuiltQ4KBlock) {
   // d = 1, dmin = 0.5, sub-block j: scale j + 1, min j; value k has level k mod 16:

@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "dissect/quant/detail/ggml_gemm_vnni.hpp"
 #include "dissect/quant/detail/quant_tiles.hpp"
 #include "dissect/quant/format.hpp"
 
@@ -376,10 +377,16 @@ inline void ggml_avx512_rows(const GgmlWeightsView& w, const std::uint8_t* a, in
   });
 }
 
-/// The avx512_vnni path of ggml_matmul (shapes already checked there).
+/// The avx512_vnni path of ggml_matmul (shapes already checked there): from
+/// ggml_vnni_gemm_min_rows rows on the packed GEMM (ggml_gemm_vnni.hpp), except tq2_0, whose
+/// tiles reproduce the avx2 path bit for bit.
 inline void ggml_avx512_matmul(const GgmlWeightsView& w, const float* x, index_t ldx, index_t m,
                                float* y, index_t ldy, const float* bias, int threads) {
   const index_t K = w.cols;
+  if (m >= ggml_vnni_gemm_min_rows && w.format != WeightFormat::tq2_0) {
+    ggml_vnni_gemm(w, x, ldx, m, y, ldy, bias, threads);
+    return;
+  }
   if (w.format == WeightFormat::q8_0) {
     const index_t stride = q8_0_vnni_row_bytes(K);
     auto* a = reinterpret_cast<std::uint8_t*>(scratch(std::size_t(m * stride)));
