@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -315,6 +316,47 @@ TEST(GgufModels, Tq2_0TensorsKeepTheirBlocksAndABadCodeNamesTheTensor) {
         << error.what();
   }
   EXPECT_NO_THROW((void)load_gguf_model<LlamaModel<float>>(bad, in_float));
+}
+
+TEST(GgufModels, Bf16TensorsRunAsDissectsBf16WithTheSameBits) {
+  // A BF16 file's matrices become dissect's bf16 weights, bit for bit (the bf16 GEMM and GEMV
+  // run them), within bf16's activation rounding of the same model run in float.
+  TemporaryDirectory directory;
+  const auto path = directory / "llama_bf16.gguf";
+  testing::write_random_gguf_model(path, ModelFamily::llama, GgmlType::bf16);
+  const GgufFile file(path);
+  ASSERT_EQ(file.info("blk.0.attn_q.weight").type, GgmlType::bf16);
+  auto kept = load_gguf_model<LlamaModel<float>>(file);
+  GgufLoadOptions in_float;
+  in_float.keep_quantized = false;
+  const auto floats = load_gguf_model<LlamaModel<float>>(file, in_float);
+  std::map<std::string, const Linear<float>*> float_layers;
+  for_each_layer(floats, [&](const std::string& name, const Linear<float>& layer) {
+    float_layers[name] = &layer;
+  });
+  int layers = 0;
+  for_each_layer(kept, [&](const std::string& name, Linear<float>& layer) {
+    ASSERT_TRUE(layer.quantized()) << name;
+    const QuantizedWeight& q = layer.quantized_weight();
+    EXPECT_EQ(q.describe(), "bf16") << name;
+    // The kept bits decode to exactly the float load's (un-permuted) weight.
+    const Tensor<float, 2> decoded = q.dequantize();
+    const auto& want = float_layers.at(name)->weight();
+    ASSERT_EQ(decoded.size(), want.size()) << name;
+    EXPECT_EQ(std::memcmp(decoded.data(), want.data(), std::size_t(decoded.size()) * 4), 0) << name;
+    ++layers;
+  });
+  EXPECT_EQ(layers, 2 * 5 + 1);
+  const std::vector<index_t> prompt{1, 17, 200, 45, 9, 3, 88, 120};
+  const TokenBatch batch{prompt, 1, 8};
+  const Tensor<float, 3> a = kept.forward(batch), b = floats.forward(batch);
+  double gap = 0, scale = 0;
+  for (index_t i = 0; i < a.size(); ++i) {
+    gap = std::max(gap, std::fabs(double(a.data()[i]) - b.data()[i]));
+    scale = std::max(scale, std::fabs(double(b.data()[i])));
+  }
+  EXPECT_GT(gap, 0.0);  // the bf16 kernels really ran (they round the activations to bf16)
+  EXPECT_LE(gap, 5e-2 * scale);
 }
 
 TEST(GgufModels, AFileOfTheOtherFamilyIsRefused) {

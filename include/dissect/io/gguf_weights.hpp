@@ -11,10 +11,11 @@
 // the contiguous axis). Every type of quant/ggml_blocks.hpp is dequantised to float on loading,
 // bit for bit as llama.cpp dequantises it; and by default each Linear whose tensors are q4_0,
 // q8_0, q4_K, q5_K or q6_K also keeps those blocks (QuantizedWeight::from_ggml) and runs on the
-// quantised kernels, with llama.cpp's activation rounding (quant/detail/ggml_dot.hpp). A Linear
-// stacked from tensors of several kept types (q, k and v under a K-quant recipe) keeps each run
-// of rows in its own type; one with any other type (f32, f16, bf16, q4_1, q5_0, q5_1, or q4_0
-// beside another type) runs in float. LLaMA's q and k rows are un-permuted: llama.cpp's
+// quantised kernels, with llama.cpp's activation rounding (quant/detail/ggml_dot.hpp); bf16
+// tensors become dissect's bf16 weights, the same bits, on the bf16 kernels. A Linear stacked
+// from tensors of several kept ggml block types (q, k and v under a K-quant recipe) keeps each
+// run of rows in its own type; one with any other type (f32, f16, q4_1, q5_0, q5_1, or q4_0 or
+// bf16 beside another type) runs in float. LLaMA's q and k rows are un-permuted: llama.cpp's
 // converter reorders the rows of each head from Hugging Face's halves (rotate_half pairs i and
 // i + d_k/2) to interleaved pairs (its RoPE pairs 2i and 2i + 1), row (j, i) of a head moving to
 // 2i + j for j ∈ {0, 1}, i < d_k/2; dissect's RoPE is Hugging Face's, so each row goes back:
@@ -95,9 +96,9 @@ void load_into(const GgufWeightsView& view, std::string_view name, TensorView<Sc
 
 /// How load_gguf_model treats a file's quantised tensors.
 struct GgufLoadOptions {
-  /// Keep the blocks of the Linear layers' q4_0, q8_0, q4_K, q5_K, q6_K and tq2_0 tensors and run
-  /// them on the quantised kernels (float models only). Off: every layer runs in float on the
-  /// dequantised weights, which are filled either way.
+  /// Keep the blocks of the Linear layers' bf16, q4_0, q8_0, q4_K, q5_K, q6_K and tq2_0 tensors
+  /// and run them on the quantised kernels (float models only). Off: every layer runs in float on
+  /// the dequantised weights, which are filled either way.
   bool keep_quantized = true;
 };
 

@@ -42,6 +42,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <span>
 #include <string>
@@ -95,8 +96,9 @@ class QuantizedWeight {
                                    std::vector<std::uint16_t> scales);
   /// From ggml blocks of `type`, as a GGUF tensor holds them (rows · ggml_row_bytes(type, cols)
   /// bytes): q8_0, q4_K, q5_K, q6_K and tq2_0 are kept as they are; q4_0 is moved into dissect's
-  /// q4_0 layout (the same values: its scales and nibbles split apart). Every block scale is
-  /// checked, and every tq2_0 code.
+  /// q4_0 layout (the same values: its scales and nibbles split apart), bf16 into dissect's bf16
+  /// (the same bits, so it runs on the bf16 kernels). Every block scale is checked, and every
+  /// tq2_0 code.
   /// @throws ConfigError for any other type (keeps_ggml_type says which); ShapeError for a size
   ///         that does not fit; Error naming the row and block of a non-finite scale or of a
   ///         tq2_0 code 3 (not a ternary value).
@@ -377,7 +379,7 @@ inline QuantizedWeight QuantizedWeight::from_q4_0(index_t rows, index_t cols,
 }
 
 inline bool QuantizedWeight::keeps_ggml_type(GgmlType type) {
-  return type == GgmlType::q4_0 || weight_format_of(type).has_value();
+  return type == GgmlType::q4_0 || type == GgmlType::bf16 || weight_format_of(type).has_value();
 }
 
 namespace detail {
@@ -404,8 +406,8 @@ inline QuantizedWeight QuantizedWeight::from_ggml(GgmlType type, index_t rows, i
                                                   std::span<const std::uint8_t> blocks) {
   if (!keeps_ggml_type(type)) {
     throw ConfigError(detail::concat("QuantizedWeight::from_ggml: ", ggml_type_name(type),
-                                     " blocks are not kept (q4_0, q8_0, q4_K, q5_K, q6_K, tq2_0 "
-                                     "are)"));
+                                     " blocks are not kept (bf16, q4_0, q8_0, q4_K, q5_K, q6_K, "
+                                     "tq2_0 are)"));
   }
   const GgmlTypeInfo info = ggml_type_info(type);
   if (rows <= 0 || cols <= 0 || cols % info.block_elements != 0 ||
@@ -417,6 +419,11 @@ inline QuantizedWeight QuantizedWeight::from_ggml(GgmlType type, index_t rows, i
                                         ? detail::concat(rows * ggml_row_bytes(type, cols))
                                         : std::string("whole blocks of"),
                                     " bytes)"));
+  }
+  if (type == GgmlType::bf16) {  // no scales: the bits are dissect's bf16 layout already
+    std::vector<std::uint16_t> bits(static_cast<std::size_t>(rows * cols));
+    std::memcpy(bits.data(), blocks.data(), blocks.size());
+    return from_bf16(rows, cols, std::move(bits));
   }
   const index_t blocks_per_row = cols / info.block_elements;
   for (index_t b = 0; b < rows * blocks_per_row; ++b) {
