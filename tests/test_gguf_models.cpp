@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dissect/io/gguf.hpp"
@@ -22,6 +23,7 @@
 #include "dissect/io/gguf_weights.hpp"
 #include "support/gguf_models.hpp"
 #include "support/io_testing.hpp"
+#include "support/tensor_testing.hpp"
 
 namespace dissect {
 namespace test_gguf_models {
@@ -357,6 +359,45 @@ TEST(GgufModels, Bf16TensorsRunAsDissectsBf16WithTheSameBits) {
   }
   EXPECT_GT(gap, 0.0);  // the bf16 kernels really ran (they round the activations to bf16)
   EXPECT_LE(gap, 5e-2 * scale);
+}
+
+TEST(GgufModels, ReleasingTheDenseWeightsKeepsTheLogitsAndOnlyTheBlocks) {
+  // release_dense: the kept layers hold their blocks alone (what `dissect generate` loads), and
+  // the model computes exactly what the default load (blocks plus the float copy) computes.
+  for (const std::string name : {"llama_q4_k_m.gguf", "gpt2_q8_0.gguf"}) {
+    SCOPED_TRACE(name);
+    const GgufFile file(fixtures / name);
+    const std::vector<index_t> prompt{1, 17, 200, 45, 9};
+    GgufLoadOptions release;
+    release.release_dense = true;
+    Tensor<float, 3> both, blocks_only;
+    index_t freed = 0;
+    const auto check = [&](auto model_type) {
+      using Model = typename decltype(model_type)::type;
+      const Model with_copy = load_gguf_model<Model>(file);
+      Model lean = load_gguf_model<Model>(file, release);
+      index_t freed_weights = 0;
+      for_each_layer(lean, [&](const std::string& path, Linear<float>& layer) {
+        if (!layer.dense_weight_released()) return;
+        ++freed;
+        freed_weights += layer.in_features() * layer.out_features();
+        EXPECT_THROW_WITH((void)layer.weight(), Error, "Linear::weight: the dense weight");
+      });
+      // The freed weights are no parameters any more; everything else is as loaded.
+      EXPECT_EQ(with_copy.parameter_count() - lean.parameter_count(), freed_weights);
+      const TokenBatch batch{prompt, 1, static_cast<index_t>(prompt.size())};
+      both = with_copy.forward(batch);
+      blocks_only = lean.forward(batch);
+    };
+    if (name.starts_with("llama")) {
+      check(std::type_identity<LlamaModel<float>>{});
+    } else {
+      check(std::type_identity<GPT2Model<float>>{});
+    }
+    EXPECT_GT(freed, 0);
+    ASSERT_EQ(both.size(), blocks_only.size());
+    EXPECT_EQ(std::memcmp(both.data(), blocks_only.data(), std::size_t(both.size()) * 4), 0);
+  }
 }
 
 TEST(GgufModels, AFileOfTheOtherFamilyIsRefused) {

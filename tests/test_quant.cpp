@@ -9,6 +9,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dissect/freezing.hpp"
@@ -359,6 +360,61 @@ TEST(QuantizedLinear, RefusalsLeaveTheLayerAsItWas) {
   EXPECT_EQ(layer.weight_bytes(), 32 * 8 * 4);
   EXPECT_THROW_WITH(layer.dequantize(), Error, "not quantised");
   EXPECT_THROW_WITH(layer.quantized_weight(), Error, "not quantised");
+}
+
+TEST(QuantizedLinear, AReleasedDenseWeightLeavesTheQuantisedForwardAndRefusesWhatNeedsW) {
+  Linear<float> kept(64, 24, {.seed = 8});
+  kept.quantize(WeightFormat::q4_0);
+  Linear<float> freed = kept;
+  EXPECT_THROW_WITH(Linear<float>(64, 24).release_dense_weight(), Error,
+                    "Linear::release_dense_weight: the layer [24, 64] is not quantised");
+  freed.release_dense_weight();
+  EXPECT_TRUE(freed.dense_weight_released());
+  EXPECT_EQ(freed.in_features(), 64);
+  EXPECT_EQ(freed.out_features(), 24);
+  EXPECT_EQ(freed.weight_bytes(), kept.weight_bytes());
+  const auto x = random_matrix(5, 64, 1.0f, 9);
+  EXPECT_TENSOR_EQ(freed.forward(x), kept.forward(x));  // the same quantised product
+  // The weight is no parameter any more: only the bias is visited.
+  EXPECT_EQ(freed.parameter_count(), 24);
+  int visited = 0;
+  freed.for_each_parameter([&](const ParameterName& name, auto, auto) {
+    EXPECT_EQ(name.str(), "bias");
+    ++visited;
+  });
+  EXPECT_EQ(visited, 1);
+  const std::string gone = "the dense weight [24, 64] was released (release_dense_weight)";
+  EXPECT_THROW_WITH(freed.weight(), Error, "Linear::weight: " + gone);
+  EXPECT_THROW_WITH(std::as_const(freed).weight(), Error, gone);
+  EXPECT_THROW_WITH(freed.dequantize(), Error, "Linear::dequantize: " + gone);
+  EXPECT_TRUE(freed.quantized());
+  EXPECT_THROW_WITH(freed.attach_adapter({.rank = 2}), Error, "Linear::attach_adapter: " + gone);
+  EXPECT_THROW_WITH(freed.backward(x, random_matrix(5, 24, 1.0f, 10)), Error,
+                    "Linear::backward: " + gone);
+  EXPECT_THROW_WITH(freed.set_frozen(false), Error, "dequantize() the layer first");
+  EXPECT_THROW_WITH(freed.pack(), Error, "Linear::pack: the weight is stored as q4_0");
+  EXPECT_THROW_WITH(freed.forward(random_matrix(5, 63, 1.0f, 11)), ShapeError,
+                    "input last dim 63 != in_features 64 (x: [5, 63], weight: [24, 64])");
+  // set_quantized_weight(…, DenseCopy::release) is the loader's way to the same layer.
+  Linear<float> loaded(64, 24, {.seed = 8});
+  loaded.set_quantized_weight(kept.quantized_weight(), DenseCopy::release);
+  EXPECT_TRUE(loaded.dense_weight_released());
+  EXPECT_TENSOR_EQ(loaded.forward(x), kept.forward(x));
+}
+
+TEST(QuantizedLinear, WeightsLeftUnwrittenAtConstructionAreWhatALoaderWrites) {
+  // ConstructionOptions::leave_weights_unwritten: W is allocated but not zeroed; a loader writes
+  // it (or frees it) next, and the layer then behaves as any other.
+  Tensor<float, 2> w({6, 32});
+  for (index_t i = 0; i < w.size(); ++i) w.data()[i] = 0.01f * float(i % 17) - 0.05f;
+  const ConstructionScope loading({.initialise = false, .leave_weights_unwritten = true});
+  Linear<float> layer(32, 6);
+  layer.set_weight(w.cview());
+  layer.set_bias(Tensor<float, 1>({6}).cview());
+  EXPECT_TENSOR_EQ(layer.weight(), w.cview());
+  const ConstructionScope zeroed({.initialise = false});
+  const Linear<float> zeros(32, 6);
+  for (const float v : zeros.weight()) ASSERT_EQ(v, 0.0f);  // the documented default: zeros
 }
 
 TEST(QuantizedLinear, QLoRAAdapterOnAQuantisedBase) {

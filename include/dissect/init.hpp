@@ -109,6 +109,12 @@ struct ConstructionOptions {
   /// with no gradient memory: a model for inference, whose gradients would be as large as its
   /// weights. Unfreezing a layer allocates its gradients as usual.
   bool gradients = true;
+  /// With initialise off: Linear weights are allocated but not written, not even zeroed (their
+  /// memory pages stay untouched until written), for a loader that writes every weight next or
+  /// frees it (Linear::set_quantized_weight with DenseCopy::release): a quantised GGUF model
+  /// then never holds its float weights at all. Reading such a weight before it is written reads
+  /// unspecified values.
+  bool leave_weights_unwritten = false;
 };
 
 /// While alive, the layers built on this thread follow `options`; the previous options come

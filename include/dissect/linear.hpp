@@ -58,6 +58,10 @@ struct LinearOptions {
   std::optional<std::uint64_t> seed = std::nullopt;
 };
 
+/// What Linear::set_quantized_weight does with the float W: rewrite it as Ŵ (keep), or free it
+/// (release: Linear::release_dense_weight).
+enum class DenseCopy { keep, release };
+
 template <class Scalar>
 class Linear : public ParameterMethods<Linear<Scalar>> {
   static_assert(is_supported_scalar_v<Scalar>,
@@ -78,15 +82,16 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   // Copied or moved into a new layer, never assigned over (ParameterMethods): its buffers keep
   // their address for its life. A moved-from layer is an empty 0 → 0 layer (its tensors are).
 
-  index_t in_features() const { return weight_.shape()[1]; }
-  index_t out_features() const { return weight_.shape()[0]; }
+  index_t in_features() const { return released_ ? released_shape_[1] : weight_.shape()[1]; }
+  index_t out_features() const { return released_ ? released_shape_[0] : weight_.shape()[0]; }
   bool has_bias() const { return has_bias_; }
   // parameter_count() and zero_grad() come from ParameterMethods (module.hpp).
 
   /// [out_features, in_features]: values writable, shape and buffer fixed for the layer's life,
   /// so views (an optimizer's) stay valid until the layer is destroyed or assigned to.
-  TensorView<Scalar, 2> weight() { return weight_.view(); }
-  ConstTensorView<Scalar, 2> weight() const { return weight_.cview(); }
+  /// @throws Error if W was released (release_dense_weight).
+  TensorView<Scalar, 2> weight() { return dense("weight").view(); }
+  ConstTensorView<Scalar, 2> weight() const { return dense("weight").cview(); }
   /// [out_features]. @throws Error if the layer was built without a bias.
   TensorView<Scalar, 1> bias() { return with_bias("bias", bias_).view(); }
   ConstTensorView<Scalar, 1> bias() const { return with_bias("bias", bias_).cview(); }
@@ -155,12 +160,23 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   void quantize(WeightFormat format) requires std::is_same_v<Scalar, float>;
   /// As quantize, from weights already quantised (a file's). @throws ShapeError if `weight` is
   /// not [out, in]; Error as quantize.
-  void set_quantized_weight(QuantizedWeight weight) requires std::is_same_v<Scalar, float>;
+  /// With DenseCopy::release, W is freed instead of becoming Ŵ (see release_dense_weight): a
+  /// loader's way to build a quantised layer whose float weight never exists.
+  void set_quantized_weight(QuantizedWeight weight, DenseCopy dense = DenseCopy::keep) requires
+      std::is_same_v<Scalar, float>;
   bool quantized() const { return storage_.quantized() != nullptr; }
+  /// Frees W of a quantised layer, for inference: forward reads the quantised weight alone, so
+  /// a model's float copy of its weights (4× a q8_0 model, 7× a q4_0 one) goes. From then on the
+  /// layer has no weight parameter (the module protocol, state dicts and parameter_count() see
+  /// its bias only), weight() throws, and dequantize, backward and attach_adapter refuse;
+  /// in_features, out_features, weight_bytes and forward are unchanged. For good.
+  /// @throws Error if the layer is not quantised.
+  void release_dense_weight() requires std::is_same_v<Scalar, float>;
+  bool dense_weight_released() const { return released_; }
   /// @throws Error if the layer is not quantised.
   const QuantizedWeight& quantized_weight() const;
   /// Forgets the quantised storage: forward runs in float on Ŵ again. The layer stays frozen.
-  /// @throws Error if the layer is not quantised.
+  /// @throws Error if the layer is not quantised, or its W was released.
   void dequantize();
   /// Bytes of W as forward reads it: the quantised values and scales, or out·in·sizeof(Scalar).
   index_t weight_bytes() const;
@@ -264,9 +280,15 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   std::optional<VectorMap<Scalar>> bias_grad_map();
   std::optional<ConstVectorMap<Scalar>> bias_map() const;
 
+  /// weight_, or Error naming `op` once it was released.
+  Tensor<Scalar, 2>& dense(const char* op);
+  const Tensor<Scalar, 2>& dense(const char* op) const;
+
   bool has_bias_;
-  Tensor<Scalar, 2> weight_;
-  Tensor<Scalar, 1> bias_;  // [0] without a bias
+  Tensor<Scalar, 2> weight_;  // empty once released
+  bool released_ = false;
+  Shape<2> released_shape_{};  // W's shape, once released
+  Tensor<Scalar, 1> bias_;     // [0] without a bias
   Tensor<Scalar, 2> weight_grad_;
   Tensor<Scalar, 1> bias_grad_;
   bool frozen_ = false;
@@ -307,13 +329,24 @@ inline index_t checked_feature_count(index_t count, const char* name) {
 template <class>
 inline constexpr bool dependent_false = false;
 
+/// A new layer's W: zeroed, or left unwritten under ConstructionOptions::leave_weights_unwritten.
+template <class Scalar>
+Tensor<Scalar, 2> linear_weight_buffer(Shape<2> shape) {
+  const ConstructionOptions& options = ConstructionScope::current();
+  if (!options.initialise && options.leave_weights_unwritten) {
+    return Tensor<Scalar, 2>::uninitialized(shape);
+  }
+  return Tensor<Scalar, 2>(shape);
+}
+
 }  // namespace detail
 
 template <class Scalar>
 Linear<Scalar>::Linear(index_t in_features, index_t out_features, LinearOptions options)
     : has_bias_(options.bias),
-      weight_({detail::checked_feature_count(out_features, "out_features"),
-               detail::checked_feature_count(in_features, "in_features")}),
+      weight_(detail::linear_weight_buffer<Scalar>(
+          {detail::checked_feature_count(out_features, "out_features"),
+           detail::checked_feature_count(in_features, "in_features")})),
       bias_({has_bias_ ? out_features : 0}),
       weight_grad_(ConstructionScope::current().gradients ? weight_.shape() : Shape<2>{}),
       bias_grad_(ConstructionScope::current().gradients ? bias_.shape() : Shape<1>{}),
@@ -397,9 +430,24 @@ void Linear<Scalar>::set_bias(ConstTensorView<Scalar, 1> bias) {
 }
 
 template <class Scalar>
+Tensor<Scalar, 2>& Linear<Scalar>::dense(const char* op) {
+  return const_cast<Tensor<Scalar, 2>&>(std::as_const(*this).dense(op));
+}
+
+template <class Scalar>
+const Tensor<Scalar, 2>& Linear<Scalar>::dense(const char* op) const {
+  if (released_) {
+    throw Error(detail::concat("Linear::", op, ": the dense weight ", format_shape(released_shape_),
+                               " was released (release_dense_weight); the layer keeps only its ",
+                               storage_.quantized()->describe(), " weight, for inference"));
+  }
+  return weight_;
+}
+
+template <class Scalar>
 template <class Visitor>
 void Linear<Scalar>::for_each_parameter(Visitor&& visit) {
-  visit(ParameterName("weight"), weight_.view(), weight_grad_.view());
+  if (!released_) visit(ParameterName("weight"), weight_.view(), weight_grad_.view());
   if (has_bias_) visit(ParameterName("bias"), bias_.view(), bias_grad_.view());
   if (adapter_) adapter_->for_each_parameter(visit);
 }
@@ -407,7 +455,7 @@ void Linear<Scalar>::for_each_parameter(Visitor&& visit) {
 template <class Scalar>
 template <class Visitor>
 void Linear<Scalar>::for_each_parameter(Visitor&& visit) const {
-  visit(ParameterName("weight"), weight_.cview(), weight_grad_.cview());
+  if (!released_) visit(ParameterName("weight"), weight_.cview(), weight_grad_.cview());
   if (has_bias_) visit(ParameterName("bias"), bias_.cview(), bias_grad_.cview());
   if (adapter_) std::as_const(*adapter_).for_each_parameter(visit);
 }
@@ -424,9 +472,10 @@ template <class Scalar>
 template <std::size_t Rank>
 void Linear<Scalar>::check_input(const char* op, const ConstTensorView<Scalar, Rank>& x) const {
   if (x.shape()[Rank - 1] != in_features()) {
-    throw ShapeError(detail::concat(
-        "Linear::", op, ": input last dim ", x.shape()[Rank - 1], " != in_features ", in_features(),
-        " (x: ", format_shape(x.shape()), ", weight: ", format_shape(weight_.shape()), ")"));
+    throw ShapeError(detail::concat("Linear::", op, ": input last dim ", x.shape()[Rank - 1],
+                                    " != in_features ", in_features(),
+                                    " (x: ", format_shape(x.shape()), ", weight: [", out_features(),
+                                    ", ", in_features(), "])"));
   }
 }
 
@@ -542,7 +591,7 @@ void Linear<Scalar>::backward_checked(const char* op, const ConstTensorView<Scal
   check_not_own_buffer(op, "dx", ConstTensorView<Scalar, Rank>(dx), true);
   if (bitlinear_) return bitlinear_backward(x.matrix(), dy.matrix(), dx.matrix());
   if (frozen_) {
-    linear_backward_input<Scalar>(weight_.cview().matrix(), dy.matrix(), dx.matrix());
+    linear_backward_input<Scalar>(dense(op).cview().matrix(), dy.matrix(), dx.matrix());
   } else {
     linear_backward<Scalar>(x.matrix(), weight_.cview().matrix(), dy.matrix(), dx.matrix(),
                             weight_grad_.matrix(), bias_grad_map());

@@ -46,8 +46,8 @@ auto with_model(const std::filesystem::path& path, std::string_view op, Check&& 
   const ModelText& read_only = text;
   if (is_gguf_file(path)) {
     // Its config from the metadata, checked against every tensor before anything else; its
-    // tokenizer from tokenizer.ggml.*; its weights dequantised to float, the kept block types
-    // also run on their own blocks.
+    // tokenizer from tokenizer.ggml.*; the kept block types run on their own blocks alone, the
+    // other tensors are dequantised to float.
     std::optional<GgufFile> file(std::in_place, path);
     const HfConfig model = read_gguf_config(*file);
     text.config = model.config;
@@ -61,7 +61,9 @@ auto with_model(const std::filesystem::path& path, std::string_view op, Check&& 
     }
     check(read_only);
     const auto load_and_run = [&](auto type) {
-      auto loaded = load_gguf_model<typename decltype(type)::type>(*file);
+      // For inference: the kept blocks are all a quantised layer holds (no float copy).
+      auto loaded = load_gguf_model<typename decltype(type)::type>(
+          *file, {.keep_quantized = true, .release_dense = true});
       file.reset();
       return run(loaded, read_only);
     };

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -100,6 +101,12 @@ struct GgufLoadOptions {
   /// and run them on the quantised kernels (float models only). Off: every layer runs in float on
   /// the dequantised weights, which are filled either way.
   bool keep_quantized = true;
+  /// With keep_quantized: each layer that keeps its blocks frees its float weight instead of
+  /// holding the dequantised copy beside them (Linear::set_quantized_weight with
+  /// DenseCopy::release), and that copy is never even written: a q4_0 model loads into its own
+  /// bytes, not 7× them. For inference: those layers then have no weight parameter (state dicts
+  /// and the module protocol see their biases only).
+  bool release_dense = false;
 };
 
 /// The GPT2Model or LlamaModel a GGUF file holds, every weight dequantised to Scalar, the
@@ -110,9 +117,11 @@ template <class Model>
 Model load_gguf_model(const GgufFile& file, GgufLoadOptions options = {});
 
 /// Gives every Linear<float> of `model` whose GGUF tensors are all of kept types their blocks
-/// (the rotary rows un-permuted, parts stacked); returns how many layers it changed.
+/// (the rotary rows un-permuted, parts stacked), its W rewritten as Ŵ or freed as `dense` says;
+/// returns how many layers it changed.
 template <class Model>
-index_t keep_gguf_blocks(Model& model, const GgufWeightsView& view);
+index_t keep_gguf_blocks(Model& model, const GgufWeightsView& view,
+                         DenseCopy dense = DenseCopy::keep);
 
 // ---- implementation -----------------------------------------------------------------------------
 
@@ -267,7 +276,7 @@ inline std::vector<std::uint8_t> gguf_part_rows(const GgufFile& file, const Gguf
 }  // namespace detail
 
 template <class Model>
-index_t keep_gguf_blocks(Model& model, const GgufWeightsView& view) {
+index_t keep_gguf_blocks(Model& model, const GgufWeightsView& view, DenseCopy dense) {
   index_t changed = 0;
   for_each_layer(model, [&](const std::string& path, Linear<float>& layer) {
     const std::string name = path + ".weight";
@@ -305,7 +314,7 @@ index_t keep_gguf_blocks(Model& model, const GgufWeightsView& view) {
       }
       in_file([&] {
         layer.set_quantized_weight(
-            QuantizedWeight::from_ggml(first, layer.out_features(), cols, blocks));
+            QuantizedWeight::from_ggml(first, layer.out_features(), cols, blocks), dense);
       });
     } else {
       std::vector<QuantizedWeight> stacked;
@@ -317,7 +326,7 @@ index_t keep_gguf_blocks(Model& model, const GgufWeightsView& view) {
                                                        detail::gguf_part_rows(file, part)));
         });
       }
-      layer.set_quantized_weight(QuantizedWeight::stack_rows(std::move(stacked)));
+      layer.set_quantized_weight(QuantizedWeight::stack_rows(std::move(stacked)), dense);
     }
     ++changed;
   });
@@ -328,8 +337,29 @@ template <class Model>
 Model load_gguf_model(const GgufFile& file, GgufLoadOptions options) {
   const HfConfig model = read_gguf_config(file);
   require_family<Model>(model.family, concat("load_gguf_model: ", file.path().string()));
-  Model result = detail::model_to_load<Model>(model.config, ModelOptions{});
+  // The strict load below writes every Linear weight that is not freed first, so none is zeroed
+  // at construction: a weight's pages are touched only by the values it gets.
+  Model result = [&] {
+    const ConstructionScope loading({.initialise = false,
+                                     .gradients = ConstructionScope::current().gradients,
+                                     .leave_weights_unwritten = true});
+    return Model(model.config, ModelOptions{});
+  }();
   const GgufWeightsView view(file, model);
+  if constexpr (std::is_same_v<typename Model::scalar_type, float>) {
+    if (options.keep_quantized && options.release_dense) {
+      // Blocks first, so the freed weights are never written; the load then skips them.
+      keep_gguf_blocks(result, view, DenseCopy::release);
+      std::set<std::string, std::less<>> freed;
+      for_each_layer(result, [&](const std::string& path, const Linear<float>& layer) {
+        if (layer.dense_weight_released()) freed.insert(path + ".weight");
+      });
+      LoadOptions load;
+      load.ignore = [&](std::string_view name) { return freed.contains(name); };
+      load_state_dict(result, view, load);
+      return result;
+    }
+  }
   load_state_dict(result, view);
   if constexpr (std::is_same_v<typename Model::scalar_type, float>) {
     if (options.keep_quantized) keep_gguf_blocks(result, view);

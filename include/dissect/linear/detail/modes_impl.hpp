@@ -58,10 +58,12 @@ template <class Scalar>
 LoRAAdapter<Scalar>& Linear<Scalar>::attach_adapter(LoRAAdapter<Scalar> adapter) {
   if (adapter_) throw Error("Linear::attach_adapter: this layer already has a LoRA adapter");
   require_not_bitlinear("attach_adapter");
+  (void)dense("attach_adapter");  // backward's dx = dy·W needs W
   if (adapter.in_features() != in_features() || adapter.out_features() != out_features()) {
-    throw ShapeError(detail::concat(
-        "Linear::attach_adapter: adapter A ", format_shape(adapter.A().shape()), ", B ",
-        format_shape(adapter.B().shape()), " does not fit weight ", format_shape(weight_.shape())));
+    throw ShapeError(detail::concat("Linear::attach_adapter: adapter A ",
+                                    format_shape(adapter.A().shape()), ", B ",
+                                    format_shape(adapter.B().shape()), " does not fit weight [",
+                                    out_features(), ", ", in_features(), "]"));
   }
   set_frozen(true);
   adapter_.emplace(std::move(adapter));
@@ -127,8 +129,8 @@ void Linear<Scalar>::quantize(WeightFormat format) requires std::is_same_v<Scala
 }
 
 template <class Scalar>
-void Linear<Scalar>::set_quantized_weight(
-    QuantizedWeight weight) requires std::is_same_v<Scalar, float> {
+void Linear<Scalar>::set_quantized_weight(QuantizedWeight weight,
+                                          DenseCopy dense) requires std::is_same_v<Scalar, float> {
   require_not_quantized("set_quantized_weight");
   require_not_bitlinear("set_quantized_weight");
   if (merge_) {
@@ -138,12 +140,27 @@ void Linear<Scalar>::set_quantized_weight(
   }
   if (weight.rows() != out_features() || weight.cols() != in_features()) {
     throw ShapeError(detail::concat("Linear::set_quantized_weight: quantised weight [",
-                                    weight.rows(), ", ", weight.cols(), "] does not fit weight ",
-                                    format_shape(weight_.shape())));
+                                    weight.rows(), ", ", weight.cols(), "] does not fit weight [",
+                                    out_features(), ", ", in_features(), "]"));
   }
-  weight.dequantize_into(weight_.view());
+  if (dense == DenseCopy::keep) weight.dequantize_into(weight_.view());
   set_frozen(true);
   storage_.set_quantized(std::move(weight));
+  ++weight_generation_;
+  if (dense == DenseCopy::release) release_dense_weight();
+}
+
+template <class Scalar>
+void Linear<Scalar>::release_dense_weight() requires std::is_same_v<Scalar, float> {
+  if (released_) return;
+  if (!storage_.quantized()) {
+    throw Error(detail::concat("Linear::release_dense_weight: the layer ",
+                               format_shape(weight_.shape()),
+                               " is not quantised; forward reads W itself"));
+  }
+  released_shape_ = weight_.shape();
+  released_ = true;
+  weight_ = Tensor<Scalar, 2>();
   ++weight_generation_;
 }
 
@@ -171,6 +188,7 @@ const QuantizedWeight& Linear<Scalar>::quantized_weight() const {
 template <class Scalar>
 void Linear<Scalar>::dequantize() {
   if (!storage_.quantized()) throw Error("Linear::dequantize: the layer is not quantised");
+  (void)dense("dequantize");  // forward would read W again
   storage_.set_dense();
   ++weight_generation_;
 }
