@@ -352,6 +352,34 @@ TEST(GgmlDot, PackedGemmRunsFromItsRowThresholdWithTheSameBitsOnAnyThreadCount) 
     EXPECT_NE(std::memcmp(tiles.data(), packed1.data(), std::size_t(below * N) * 4), 0);
   }
 }
+
+TEST(GgmlDot, KQuantDecodeRowsRunTheGemvUpToItsRowCount) {
+  // Up to ggml_gemv_max_rows rows the avx512_vnni path is k_quant_gemv (one super-block four
+  // vpdpbusd and four vpdpwssd), bit for bit; the bounds above hold it to the exact sums.
+  if (!quant::cpu_supports(KernelPath::avx512_vnni)) GTEST_SKIP() << "this CPU has no VNNI";
+  std::mt19937_64 rng(33);
+  for (const WeightFormat f : {WeightFormat::q4_K, WeightFormat::q5_K, WeightFormat::q6_K}) {
+    SCOPED_TRACE(weight_format_name(f));
+    const index_t N = 13, K = 768;
+    const auto bytes = random_blocks(f, N, K, rng);
+    const qd::GgmlWeightsView w{f, bytes.data(), N, K};
+    for (index_t m = 1; m <= qd::ggml_gemv_max_rows; ++m) {
+      const auto x = random_floats(std::size_t(m * K), rng);
+      const auto bias = random_floats(std::size_t(N), rng);
+      std::vector<float> via_path(std::size_t(m * N)), direct(via_path);
+      qd::ggml_matmul(KernelPath::avx512_vnni, w, x.data(), K, m, via_path.data(), N, bias.data(),
+                      1);
+      const index_t stride = ggml_row_bytes(GgmlType::q8_K, K);
+      std::vector<std::uint8_t> a(std::size_t(m * stride));
+      qd::quantize_ggml_activations(f, x.data(), K, m, K, a.data());
+      const auto gemv = f == WeightFormat::q4_K   ? qd::k_quant_gemv<WeightFormat::q4_K>
+                        : f == WeightFormat::q5_K ? qd::k_quant_gemv<WeightFormat::q5_K>
+                                                  : qd::k_quant_gemv<WeightFormat::q6_K>;
+      gemv(w, a.data(), stride, m, direct.data(), N, bias.data(), 2);
+      EXPECT_EQ(std::memcmp(via_path.data(), direct.data(), direct.size() * 4), 0) << "m " << m;
+    }
+  }
+}
 #endif
 
 TEST(GgmlDot, OracleOnAHandBuiltQ4KBlock) {

@@ -48,6 +48,7 @@
 #include <cstring>
 
 #include "dissect/quant/detail/ggml_gemm_vnni.hpp"
+#include "dissect/quant/detail/ggml_gemv_vnni.hpp"
 #include "dissect/quant/detail/quant_tiles.hpp"
 #include "dissect/quant/format.hpp"
 
@@ -244,6 +245,7 @@ DISSECT_TARGET_VNNI inline void q8_0_tile(const std::uint8_t* w, index_t blocks,
       _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   for (index_t p = 0; p < pairs; ++p) {
     const std::uint8_t* wb = w + 2 * p * 34;
+    prefetch_ahead(wb, single_stream_prefetch);  // rows follow rows: one stream (prefetch_ahead)
     const bool second = 2 * p + 1 < blocks;
     const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 2));
     const __m256i hi = second ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 36))
@@ -377,9 +379,10 @@ inline void ggml_avx512_rows(const GgmlWeightsView& w, const std::uint8_t* a, in
   });
 }
 
-/// The avx512_vnni path of ggml_matmul (shapes already checked there): from
-/// ggml_vnni_gemm_min_rows rows on the packed GEMM (ggml_gemm_vnni.hpp), except tq2_0, whose
-/// tiles reproduce the avx2 path bit for bit.
+/// The avx512_vnni path of ggml_matmul (shapes already checked there): the K-quants' GEMV rows up
+/// to ggml_gemv_max_rows rows (ggml_gemv_vnni.hpp), the 8-row tiles below
+/// ggml_vnni_gemm_min_rows and the packed GEMM from there on (ggml_gemm_vnni.hpp), except tq2_0,
+/// whose tiles reproduce the avx2 path bit for bit at every m.
 inline void ggml_avx512_matmul(const GgmlWeightsView& w, const float* x, index_t ldx, index_t m,
                                float* y, index_t ldy, const float* bias, int threads) {
   const index_t K = w.cols;
@@ -397,6 +400,18 @@ inline void ggml_avx512_matmul(const GgmlWeightsView& w, const float* x, index_t
   const index_t stride = ggml_row_bytes(GgmlType::q8_K, K);
   auto* a = reinterpret_cast<std::uint8_t*>(scratch(std::size_t(m * stride)));
   quantize_ggml_activations(w.format, x, ldx, m, K, a);
+  if (m <= ggml_gemv_max_rows) {
+    switch (w.format) {
+      case WeightFormat::q4_K:
+        return k_quant_gemv<WeightFormat::q4_K>(w, a, stride, m, y, ldy, bias, threads);
+      case WeightFormat::q5_K:
+        return k_quant_gemv<WeightFormat::q5_K>(w, a, stride, m, y, ldy, bias, threads);
+      case WeightFormat::q6_K:
+        return k_quant_gemv<WeightFormat::q6_K>(w, a, stride, m, y, ldy, bias, threads);
+      default:
+        break;  // tq2_0: its tiles, bit for bit the avx2 path's
+    }
+  }
   switch (w.format) {
     case WeightFormat::q4_K:
       ggml_avx512_rows<WeightFormat::q4_K>(w, a, stride, m, y, ldy, bias, threads);

@@ -137,18 +137,15 @@ inline void pack_scales(const GgmlPanelView<F>& w, index_t n0, index_t k0, index
           continue;
         }
         const std::uint8_t* block = row + s * GgmlPanelView<F>::block_bytes;
-        const auto f16 = [](const std::uint8_t* p) {
-          return fp16_to_float(static_cast<std::uint16_t>(p[0] | (p[1] << 8)));
-        };
         if constexpr (F == WeightFormat::q6_K) {
-          const float scale = f16(block + 208);
+          const float scale = f16_at(block + 208);
           for (int g = 0; g < 16; ++g) {
             ds[g * 32] = scale * static_cast<float>(static_cast<std::int8_t>(block[192 + g]));
           }
         } else {
           alignas(8) std::uint8_t sc[8], mn[8];
           unpack_scales_and_mins(block + 4, sc, mn);
-          const float scale = f16(block), min = f16(block + 2);
+          const float scale = f16_at(block), min = f16_at(block + 2);
           for (int g = 0; g < 8; ++g) {
             ds[g * 32] = scale * static_cast<float>(sc[g]);
             ms[g * 32] = min * static_cast<float>(mn[g]);
