@@ -309,12 +309,18 @@ index_t keep_gguf_blocks(Model& model, const GgufWeightsView& view, DenseCopy de
     if (one_type) {
       std::vector<std::uint8_t> blocks;
       for (const GgufPart& part : parts) {
-        const std::vector<std::uint8_t> rows = detail::gguf_part_rows(file, part);
-        blocks.insert(blocks.end(), rows.begin(), rows.end());
+        std::vector<std::uint8_t> rows = detail::gguf_part_rows(file, part);
+        file.release(part.name);  // copied: the mapped pages need not stay resident beside it
+        if (blocks.empty()) {
+          blocks = std::move(rows);
+        } else {
+          blocks.insert(blocks.end(), rows.begin(), rows.end());
+        }
       }
       in_file([&] {
         layer.set_quantized_weight(
-            QuantizedWeight::from_ggml(first, layer.out_features(), cols, blocks), dense);
+            QuantizedWeight::from_ggml(first, layer.out_features(), cols, std::move(blocks)),
+            dense);
       });
     } else {
       std::vector<QuantizedWeight> stacked;
@@ -324,6 +330,7 @@ index_t keep_gguf_blocks(Model& model, const GgufWeightsView& view, DenseCopy de
         in_file([&] {
           stacked.push_back(QuantizedWeight::from_ggml(info.type, info.dims[1], cols,
                                                        detail::gguf_part_rows(file, part)));
+          file.release(part.name);
         });
       }
       layer.set_quantized_weight(QuantizedWeight::stack_rows(std::move(stacked)), dense);

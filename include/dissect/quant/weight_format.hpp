@@ -104,6 +104,9 @@ class QuantizedWeight {
   ///         tq2_0 code 3 (not a ternary value).
   static QuantizedWeight from_ggml(GgmlType type, index_t rows, index_t cols,
                                    std::span<const std::uint8_t> blocks);
+  /// As above, taking the bytes: the formats kept as they are keep this very buffer.
+  static QuantizedWeight from_ggml(GgmlType type, index_t rows, index_t cols,
+                                   std::vector<std::uint8_t>&& blocks);
   /// Whether from_ggml takes `type`.
   static bool keeps_ggml_type(GgmlType type);
   /// The rows of `parts` stacked in order (all of one cols, all in ggml formats). Parts of one
@@ -404,6 +407,11 @@ inline std::span<const int> ggml_scale_offsets(GgmlType type) {
 
 inline QuantizedWeight QuantizedWeight::from_ggml(GgmlType type, index_t rows, index_t cols,
                                                   std::span<const std::uint8_t> blocks) {
+  return from_ggml(type, rows, cols, std::vector<std::uint8_t>(blocks.begin(), blocks.end()));
+}
+
+inline QuantizedWeight QuantizedWeight::from_ggml(GgmlType type, index_t rows, index_t cols,
+                                                  std::vector<std::uint8_t>&& blocks) {
   if (!keeps_ggml_type(type)) {
     throw ConfigError(detail::concat("QuantizedWeight::from_ggml: ", ggml_type_name(type),
                                      " blocks are not kept (bf16, q4_0, q8_0, q4_K, q5_K, q6_K, "
@@ -461,7 +469,7 @@ inline QuantizedWeight QuantizedWeight::from_ggml(GgmlType type, index_t rows, i
   }
   const WeightFormat format = *weight_format_of(type);
   QuantizedWeight result(format, rows, cols);
-  result.ggml_.push_back({format, 0, rows, {blocks.begin(), blocks.end()}});
+  result.ggml_.push_back({format, 0, rows, std::move(blocks)});
   return result;
 }
 
