@@ -6,6 +6,8 @@
 // best path for this CPU and, where the choice is interesting, on the alternative too (avx512 for
 // int8 / q4_0, avx2 for tq2_0; avx512_bf16 for bf16 at small M, avx512 at large).
 // M = 128 (prefill) runs fp32 and bf16 only: compute-bound, the dot-product path's case.
+// GGUF's q8_0, q4_K and q6_K run on their best path (avx512_vnni: the K-quants' GEMV rows at
+// M = 1, the packed VNNI GEMM for the prefill cases) and on avx2, llama.cpp's own arithmetic.
 //
 //   bench_quant --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include <cstring>
@@ -27,7 +29,25 @@ using quant::WeightFormat;
 // > 2× the 480 MiB of L3 this VM reports (the host's; bench_decode's 512 MB assumed 32 MiB).
 constexpr double streamed_bytes = 1.1e9;
 
-enum class Format { fp32, bf16, int8, q4_0, tq2_0 };
+enum class Format { fp32, bf16, int8, q4_0, tq2_0, q8_0, q4_K, q6_K };
+
+/// ggml's block formats of Format, and their weight formats.
+bool is_ggml(Format format) {
+  return format == Format::tq2_0 || format == Format::q8_0 || format == Format::q4_K ||
+         format == Format::q6_K;
+}
+WeightFormat weight_format(Format format) {
+  switch (format) {
+    case Format::q8_0:
+      return WeightFormat::q8_0;
+    case Format::q4_K:
+      return WeightFormat::q4_K;
+    case Format::q6_K:
+      return WeightFormat::q6_K;
+    default:
+      return WeightFormat::tq2_0;
+  }
+}
 
 struct Case {
   LinearShape shape;
@@ -103,6 +123,29 @@ struct QuantLayers {
         }
         break;
       }
+      case Format::q8_0:
+      case Format::q4_K:
+      case Format::q6_K: {
+        // Random levels and scales, every block's fp16 scales in a sane range (d, and dmin for
+        // q4_K, at the block's start; q6_K's d at its end).
+        const GgmlTypeInfo info = ggml_type_info(ggml_type_of(weight_format(format)));
+        const std::size_t blocks = n * k / std::size_t(info.block_elements);
+        u8.resize(c * blocks * std::size_t(info.block_bytes));
+        for (std::size_t i = 0; i < blocks * std::size_t(info.block_bytes); ++i) {
+          u8[i] = static_cast<std::uint8_t>(rng.next());
+        }
+        for (std::size_t b = 0; b < blocks; ++b) {
+          std::uint8_t* block = u8.data() + b * std::size_t(info.block_bytes);
+          for (const int at : format == Format::q6_K   ? std::vector<int>{208}
+                              : format == Format::q4_K ? std::vector<int>{0, 2}
+                                                       : std::vector<int>{0}) {
+            const std::uint16_t d = float_to_fp16(1e-3f * (1.5f + rng.uniform()));
+            block[at] = static_cast<std::uint8_t>(d);
+            block[at + 1] = static_cast<std::uint8_t>(d >> 8);
+          }
+        }
+        break;
+      }
       case Format::fp32:
         break;
     }
@@ -134,6 +177,11 @@ struct QuantLayers {
   qd::GgmlWeightsView tq2(std::size_t copy) const {
     return {WeightFormat::tq2_0, u8.data() + copy * std::size_t(N * K / 256 * 66), N, K};
   }
+  qd::GgmlWeightsView ggml(std::size_t copy) const {
+    const std::size_t bytes =
+        std::size_t(N * ggml_row_bytes(ggml_type_of(weight_format(format)), K));
+    return {weight_format(format), u8.data() + copy * bytes, N, K};
+  }
 
   /// y = x·Ŵᵀ with copy `copy`'s weights on `path` (with `gemv`, the avx512_vnni or avx512_bf16
   /// GEMV tiles at any m: no checks, the bench's own calls are valid).
@@ -158,6 +206,11 @@ struct QuantLayers {
       case Format::tq2_0:
         qd::ggml_matmul(path, tq2(copy), x, K, m, y, N, bias, threads);
         break;
+      case Format::q8_0:
+      case Format::q4_K:
+      case Format::q6_K:
+        qd::ggml_matmul(path, ggml(copy), x, K, m, y, N, bias, threads);
+        break;
       case Format::fp32:
         break;
     }
@@ -177,11 +230,30 @@ struct QuantLayers {
         const int code = (block[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
         return (code - 1) * double(fp16_to_float(std::uint16_t(block[64] | (block[65] << 8))));
       }
+      case Format::q8_0:
+      case Format::q4_K:
+      case Format::q6_K: {
+        // The block holding (n, k), decoded once while verify walks its row.
+        const GgmlType type = ggml_type_of(weight_format(format));
+        const index_t per = ggml_type_info(type).block_elements;
+        const index_t block = (n * K + k) / per;
+        if (block != cached_block) {
+          const index_t bytes = ggml_type_info(type).block_bytes;
+          decoded.resize(std::size_t(per));
+          dequantize_ggml(type,
+                          std::as_bytes(std::span(u8.data() + block * bytes, std::size_t(bytes))),
+                          decoded);
+          cached_block = block;
+        }
+        return decoded[std::size_t((n * K + k) % per)];
+      }
       case Format::fp32:
         break;
     }
     return 0.0;
   }
+  mutable std::vector<float> decoded;
+  mutable index_t cached_block = -1;
 
   Format format;
   index_t N, K;
@@ -205,6 +277,12 @@ double layer_bytes(Format format, double N, double K) {
       return N * K / 2 + 2 * N * K / 32;
     case Format::tq2_0:
       return N * K / 256 * 66;
+    case Format::q8_0:
+      return N * K / 32 * 34;
+    case Format::q4_K:
+      return N * K / 256 * 144;
+    case Format::q6_K:
+      return N * K / 256 * 210;
   }
   return 0;
 }
@@ -221,6 +299,12 @@ const char* format_name(Format format) {
       return "q4_0";
     case Format::tq2_0:
       return "tq2_0";
+    case Format::q8_0:
+      return "q8_0";
+    case Format::q4_K:
+      return "q4_K";
+    case Format::q6_K:
+      return "q6_K";
   }
   return "?";
 }
@@ -354,6 +438,13 @@ void register_all() {
         const KernelPath tq2 = best(WeightFormat::tq2_0);
         add(Format::tq2_0, tq2);
         if (alternative(tq2, KernelPath::avx2)) add(Format::tq2_0, KernelPath::avx2);
+        // GGUF's q8_0 and K-quants: the avx512_vnni path (decode: the K-quants' GEMV rows)
+        // against avx2, llama.cpp's own arithmetic.
+        for (Format format : {Format::q8_0, Format::q4_K, Format::q6_K}) {
+          const KernelPath path = best(weight_format(format));
+          add(format, path);
+          if (alternative(path, KernelPath::avx2)) add(format, KernelPath::avx2);
+        }
       }
     }
   }
@@ -408,6 +499,13 @@ void register_all() {
             add(format, KernelPath::avx512_vnni, true);
           }
           if (quant::cpu_supports(KernelPath::avx512)) add(format, KernelPath::avx512, false);
+        }
+        // GGUF's blocks: the packed VNNI GEMM (ggml_gemm_vnni.hpp) against avx2.
+        for (Format format : {Format::q8_0, Format::q4_K, Format::q6_K}) {
+          if (quant::cpu_supports(KernelPath::avx512_vnni)) {
+            add(format, KernelPath::avx512_vnni, false);
+          }
+          if (quant::cpu_supports(KernelPath::avx2)) add(format, KernelPath::avx2, false);
         }
       }
     }
