@@ -47,8 +47,9 @@ DISSECT_TARGET_AVX512 inline void prefetch_ahead(const void* p, index_t ahead) {
 }
 
 /// How far ahead a tile of one weight row asks for its bytes: drive runs decode (m = 1) one row
-/// at a time, a single sequential stream of W, which the hardware prefetcher follows; 4 KB
-/// ahead keeps DRAM busy besides (bench_quant: q4_0 at m = 1 from 10 to 17 GB/s with both).
+/// at a time for a kernel with one_row_decode, a single sequential stream of W, which the
+/// hardware prefetcher follows; 4 KB ahead keeps DRAM busy besides (bench_quant: q4_0 at m = 1
+/// from 10 to 17 GB/s with both).
 inline constexpr index_t single_stream_prefetch = 4096;
 
 /// Zeroes MR × NR accumulators; GCC keeps the arrays in registers once the loops unroll.
@@ -350,6 +351,7 @@ struct Int8Vnni {
 };
 
 struct Q4Vnni {
+  static constexpr bool one_row_decode = true;  // quant_tiles.hpp
   struct Args {
     Q4WeightsView w;
     const unsigned char* q;  // quantize_rows_q4
@@ -429,6 +431,7 @@ DISSECT_TARGET_BF16 inline void round_rows_bf16(const float* x, index_t ldx, ind
 }
 
 struct Bf16Dot {
+  static constexpr bool one_row_decode = true;            // quant_tiles.hpp
   using Args = TileArgs<Bf16WeightsView, std::uint16_t>;  // x: round_rows_bf16 rows
 
   template <int MR, int NR>

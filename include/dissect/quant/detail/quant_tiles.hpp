@@ -104,15 +104,25 @@ inline constexpr index_t round_up(index_t value, index_t step) {
 /// path's K step (128 for q4_0 VNNI).
 inline constexpr index_t k_chunk = 1024;
 
-/// Weight rows per tile. m = 1 (decode): one row at a time, so W streams from DRAM as one
-/// sequential run, which the hardware prefetcher follows (four rows at once are four short
-/// streams a row apart: bench_quant's m = 1 rose from 10–15 GB/s to 18–19 for q4_0 and bf16);
-/// 2 ≤ m ≤ 4: 4 rows keep ≤ 16 accumulators busy;
+/// Weight rows per tile. m ≤ 4: 4 rows keep 4 independent DRAM streams and ≤ 16 accumulators;
 /// 5 ≤ m ≤ 8: 2 rows × 8 activation rows = 16 accumulators, leaving 16 zmm for operands;
-/// m > 8: 4 × 4 tiles, the squarest (loads per multiply-add lowest) that fits.
+/// m > 8: 4 × 4 tiles, the squarest (loads per multiply-add lowest) that fits. A kernel whose
+/// single-row tile has chains enough (Kernel::one_row_decode) takes one row at a time for m = 1
+/// instead: W then streams from DRAM as one sequential run, which the hardware prefetcher
+/// follows, where four rows are four short streams a row apart (bench_quant, m = 1: q4_0 on
+/// VNNI 1.28×, bf16 on AVX512_BF16 1.23×; the int8 and bf16 avx512 tiles, one FMA chain per
+/// row, ran at half their speed and keep four rows).
 inline int weight_rows_per_tile(index_t m) {
-  if (m == 1) return 1;
   return m >= 5 && m <= 8 ? 2 : 4;
+}
+
+template <class Kernel>
+constexpr bool one_row_decode() {
+  if constexpr (requires { Kernel::one_row_decode; }) {
+    return Kernel::one_row_decode;
+  } else {
+    return false;
+  }
 }
 
 template <class Kernel, int NR, int MR = 1>
@@ -140,7 +150,7 @@ template <class Kernel>
 void drive(const typename Kernel::Args& args, index_t m, index_t N, index_t K, int threads) {
   if (m == 0 || N == 0) return;
   threads = static_cast<int>(std::clamp<index_t>(N * K / min_weights_per_thread, 1, threads));
-  const int nr = weight_rows_per_tile(m);
+  const int nr = m == 1 && one_row_decode<Kernel>() ? 1 : weight_rows_per_tile(m);
   const int mr_max = nr == 2 ? 8 : 4;
   const index_t kc = m <= 8 ? K : k_chunk;
   const index_t tiles = (N + nr - 1) / nr;
