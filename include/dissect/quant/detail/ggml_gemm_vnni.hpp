@@ -201,23 +201,18 @@ inline void ggml_vnni_gemm(const GgmlWeightsView& w, const float* x, index_t ldx
                            float* y, index_t ldy, const float* bias, int threads) {
   const index_t row_bytes = ggml_row_bytes(ggml_type_of(w.format), w.cols);
   const Output out{y, ldy, bias};
+  const auto run = [&]<WeightFormat F>() {
+    vnni_gemm(GgmlPanelView<F>{w.blocks, w.rows, w.cols, row_bytes}, x, ldx, m, out, threads);
+  };
   switch (w.format) {
     case WeightFormat::q8_0:
-      vnni_gemm(GgmlPanelView<WeightFormat::q8_0>{w.blocks, w.rows, w.cols, row_bytes}, x, ldx, m,
-                out, threads);
-      return;
+      return run.template operator()<WeightFormat::q8_0>();
     case WeightFormat::q4_K:
-      vnni_gemm(GgmlPanelView<WeightFormat::q4_K>{w.blocks, w.rows, w.cols, row_bytes}, x, ldx, m,
-                out, threads);
-      return;
+      return run.template operator()<WeightFormat::q4_K>();
     case WeightFormat::q5_K:
-      vnni_gemm(GgmlPanelView<WeightFormat::q5_K>{w.blocks, w.rows, w.cols, row_bytes}, x, ldx, m,
-                out, threads);
-      return;
+      return run.template operator()<WeightFormat::q5_K>();
     case WeightFormat::q6_K:
-      vnni_gemm(GgmlPanelView<WeightFormat::q6_K>{w.blocks, w.rows, w.cols, row_bytes}, x, ldx, m,
-                out, threads);
-      return;
+      return run.template operator()<WeightFormat::q6_K>();
     default:
       throw ConfigError(dissect::detail::concat("ggml_vnni_gemm: ", weight_format_name(w.format),
                                                 " has no packed GEMM"));

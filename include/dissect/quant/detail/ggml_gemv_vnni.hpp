@@ -94,6 +94,26 @@ DISSECT_TARGET_VNNI inline void pair_activations(std::uint8_t* a, index_t stride
   }
 }
 
+/// For each of R activation rows (`stride` bytes apart from xq): sumi[r] += Σ over 128 levels,
+/// lo against the row's first 64 activations and hi against the next 64, each int32 lane times
+/// its group's scale (`groups`: lo's lane groups, then hi's).
+template <int R>
+DISSECT_TARGET_VNNI inline void scaled_dots(__m512i (&sumi)[R], __m512i lo, __m512i hi,
+                                            const std::int32_t (&groups)[2][16], __m512i scales,
+                                            const std::uint8_t* xq, index_t stride) {
+  const __m512i scale_lo = _mm512_permutexvar_epi32(load_table(groups[0]), scales);
+  const __m512i scale_hi = _mm512_permutexvar_epi32(load_table(groups[1]), scales);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const std::uint8_t* row = xq + r * stride;
+    const __m512i dot_lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(row));
+    const __m512i dot_hi =
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, _mm512_loadu_si512(row + 64));
+    sumi[r] = _mm512_dpwssd_epi32(sumi[r], dot_lo, scale_lo);
+    sumi[r] = _mm512_dpwssd_epi32(sumi[r], dot_hi, scale_hi);
+  }
+}
+
 /// One weight row of F (`blocks` super-blocks from `row`) against R rows of q8_K activations
 /// (a, rows `stride` bytes apart): sums[r]. Per 128 levels: one 64-byte load split into two
 /// vectors of unsigned levels, one vpdpbusd each against the matching activations (for q4_K and
@@ -152,20 +172,7 @@ DISSECT_TARGET_VNNI inline void k_quant_gemv_row(const std::uint8_t* row, index_
             _mm512_slli_epi16(
                 _mm512_and_si512(_mm512_srlv_epi16(qh, load_table(gemv_tables.q6_shift[1])), three),
                 4));
-        const __m512i scale_lo =
-            _mm512_permutexvar_epi32(load_table(gemv_tables.q6_group[h][0]), scales);
-        const __m512i scale_hi =
-            _mm512_permutexvar_epi32(load_table(gemv_tables.q6_group[h][1]), scales);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const std::uint8_t* xq = x + r * stride + 4 + 128 * h;
-          const __m512i dot_lo =
-              _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xq));
-          const __m512i dot_hi =
-              _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, _mm512_loadu_si512(xq + 64));
-          sumi[r] = _mm512_dpwssd_epi32(sumi[r], dot_lo, scale_lo);
-          sumi[r] = _mm512_dpwssd_epi32(sumi[r], dot_hi, scale_hi);
-        }
+        scaled_dots<R>(sumi, lo, hi, gemv_tables.q6_group[h], scales, x + 4 + 128 * h, stride);
       }
     } else {
       // The eight 6-bit scales and mins (unpack_scales_and_mins's rule) in general registers,
@@ -208,21 +215,8 @@ DISSECT_TARGET_VNNI inline void k_quant_gemv_row(const std::uint8_t* row, index_
                           _mm512_srlv_epi16(qh, load_table(gemv_tables.q5_shift[p][1])), one),
                       4));
         }
-        const __m512i scale_lo =
-            _mm512_permutexvar_epi32(load_table(gemv_tables.affine_group[p][0]), scales);
-        const __m512i scale_hi =
-            _mm512_permutexvar_epi32(load_table(gemv_tables.affine_group[p][1]), scales);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          // The activations in the nibbles' order (pair_activations).
-          const std::uint8_t* xq = x + r * stride + 4 + 128 * p;
-          const __m512i dot_lo =
-              _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xq));
-          const __m512i dot_hi =
-              _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, _mm512_loadu_si512(xq + 64));
-          sumi[r] = _mm512_dpwssd_epi32(sumi[r], dot_lo, scale_lo);
-          sumi[r] = _mm512_dpwssd_epi32(sumi[r], dot_hi, scale_hi);
-        }
+        // The activations are in the nibbles' order (pair_activations).
+        scaled_dots<R>(sumi, lo, hi, gemv_tables.affine_group[p], scales, x + 4 + 128 * p, stride);
       }
     }
 #pragma GCC unroll 4
