@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <random>
 #include <span>
 #include <vector>
@@ -523,16 +524,17 @@ TEST(GgmlWeight, BadInputIsAClearError) {
 }
 
 TEST(GgmlWeight, PinnedPathsWithoutAGgmlKernelRunTheAvx2One) {
-  PinGuard guard;
-  quant::force_kernel_path(KernelPath::avx512_vnni);
-  EXPECT_EQ(quant::active_kernel_path(WeightFormat::q6_K, 1), KernelPath::avx512_vnni);
-  EXPECT_EQ(quant::active_kernel_path(WeightFormat::q4_0, 1), KernelPath::avx512_vnni);
-  quant::force_kernel_path(KernelPath::avx512);
-  EXPECT_EQ(quant::active_kernel_path(WeightFormat::q8_0, 128), KernelPath::avx2);
-  quant::force_kernel_path(KernelPath::avx512_bf16);
-  EXPECT_EQ(quant::active_kernel_path(WeightFormat::q4_K, 128), KernelPath::avx2);
-  quant::force_kernel_path(KernelPath::scalar);
-  EXPECT_EQ(quant::active_kernel_path(WeightFormat::q4_K, 1), KernelPath::scalar);
+  // The rule itself, on every CPU: a pin is a function of the pinned path and the format.
+  static_assert(quant::pinned_kernel_path(KernelPath::avx512_vnni, WeightFormat::q6_K) ==
+                KernelPath::avx512_vnni);
+  static_assert(quant::pinned_kernel_path(KernelPath::avx512_vnni, WeightFormat::q4_0) ==
+                KernelPath::avx512_vnni);
+  EXPECT_EQ(quant::pinned_kernel_path(KernelPath::avx512, WeightFormat::q8_0), KernelPath::avx2);
+  EXPECT_EQ(quant::pinned_kernel_path(KernelPath::avx512_bf16, WeightFormat::q4_K),
+            KernelPath::avx2);
+  EXPECT_EQ(quant::pinned_kernel_path(KernelPath::avx512_vnni, WeightFormat::bf16),
+            KernelPath::avx512);
+  EXPECT_EQ(quant::pinned_kernel_path(KernelPath::scalar, WeightFormat::q4_K), KernelPath::scalar);
   EXPECT_EQ(weight_format_from_name("Q4_k"), WeightFormat::q4_K);
   EXPECT_EQ(ggml_type_of(WeightFormat::q5_K), GgmlType::q5_K);
   EXPECT_EQ(weight_format_of(GgmlType::q6_K), WeightFormat::q6_K);
@@ -542,6 +544,25 @@ TEST(GgmlWeight, PinnedPathsWithoutAGgmlKernelRunTheAvx2One) {
     EXPECT_EQ(dtype_info(dtype_of(f)).block_elements,
               ggml_type_info(ggml_type_of(f)).block_elements);
     EXPECT_EQ(dtype_info(dtype_of(f)).block_bytes, ggml_type_info(ggml_type_of(f)).block_bytes);
+  }
+  // And through force_kernel_path, for each pinned path this CPU can run (the others cannot be
+  // pinned here: force_kernel_path refuses them).
+  PinGuard guard;
+  quant::force_kernel_path(KernelPath::scalar);
+  EXPECT_EQ(quant::active_kernel_path(WeightFormat::q4_K, 1), KernelPath::scalar);
+  for (const KernelPath pinned :
+       {KernelPath::avx2, KernelPath::avx512, KernelPath::avx512_vnni, KernelPath::avx512_bf16}) {
+    SCOPED_TRACE(std::string(quant::kernel_path_name(pinned)));
+    if (!quant::cpu_supports(pinned)) {
+      std::cout << "[ SKIPPED  ] pinning " << quant::kernel_path_name(pinned)
+                << ": this CPU cannot run it\n";
+      continue;
+    }
+    quant::force_kernel_path(pinned);
+    for (const WeightFormat f : {WeightFormat::q8_0, WeightFormat::q4_K, WeightFormat::q6_K,
+                                 WeightFormat::q4_0, WeightFormat::bf16}) {
+      EXPECT_EQ(quant::active_kernel_path(f, 128), quant::pinned_kernel_path(pinned, f));
+    }
   }
 }
 

@@ -38,10 +38,15 @@ constexpr bool path_applies(KernelPath path, WeightFormat format);
 /// quant/detail/quant_kernels.hpp).
 KernelPath best_kernel_path(WeightFormat format, index_t m);
 
-/// What a dispatch for `format` at `m` rows runs: the pinned path if it applies to `format`;
+/// What a pin of `pinned` runs for `format`: the pinned path if it applies to `format`;
 /// a pinned avx512_vnni or avx512_bf16 that does not apply falls back to avx512 (both imply it),
 /// and a pinned avx512 or avx512_bf16 falls back to avx2 for ggml's formats (every AVX-512 CPU
-/// has AVX2), so a test can pin one path and run every format; otherwise best_kernel_path.
+/// has AVX2), so a test can pin one path and run every format. A function of its arguments
+/// alone (not of this CPU), so the rule is checked on every machine.
+constexpr KernelPath pinned_kernel_path(KernelPath pinned, WeightFormat format);
+
+/// What a dispatch for `format` at `m` rows runs: pinned_kernel_path of the pin
+/// (force_kernel_path) if there is one, otherwise best_kernel_path.
 KernelPath active_kernel_path(WeightFormat format, index_t m = 1);
 
 /// Below this many activation rows bf16 weights take the avx512 path (fp32 activations, exact)
@@ -86,11 +91,13 @@ inline KernelPath best_kernel_path(WeightFormat format, index_t m) {
   return KernelPath::scalar;
 }
 
+constexpr KernelPath pinned_kernel_path(KernelPath pinned, WeightFormat format) {
+  if (path_applies(pinned, format)) return pinned;
+  return is_ggml_format(format) ? KernelPath::avx2 : KernelPath::avx512;
+}
+
 inline KernelPath active_kernel_path(WeightFormat format, index_t m) {
-  if (const auto forced = forced_kernel_path()) {
-    if (path_applies(*forced, format)) return *forced;
-    return is_ggml_format(format) ? KernelPath::avx2 : KernelPath::avx512;
-  }
+  if (const auto forced = forced_kernel_path()) return pinned_kernel_path(*forced, format);
   return best_kernel_path(format, m);
 }
 
