@@ -6,8 +6,16 @@
 // sequences fit" is what the pool admits at the same memory cap.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <map>
 #include <numeric>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "dissect/budget.hpp"
@@ -291,6 +299,274 @@ TEST(PagedKVCache, TheBudgetsSequencesThatFitAreWhatThePoolAdmits) {
       EXPECT_GT(admitted, 0);
     }
   }
+}
+
+
+// ---- stateful fuzz (issue 51): allocate, share a prefix, step, free, refuse -------------------
+
+/// A key or value element as a model would write it: a function of the tokens up to and
+/// including its position (and of layer, head, element), so that two sequences with the same
+/// prefix hold the same rows — which is what makes sharing a full block correct.
+double prefix_value(std::uint64_t prefix_hash, index_t layer, index_t head, index_t i, int kind) {
+  std::uint64_t z = prefix_hash ^ (std::uint64_t(layer) << 40) ^ (std::uint64_t(head) << 32) ^
+                    (std::uint64_t(i) << 8) ^ std::uint64_t(kind);
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return double(z >> 11) / double(1ull << 53) * 2.0 - 1.0;
+}
+
+std::uint64_t extend_hash(std::uint64_t h, index_t token) {
+  return (h ^ std::uint64_t(token + 1)) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull;
+}
+
+/// What the test believes a sequence holds: its token ids (its length) and the prefix hash at
+/// each position.
+struct SequenceModel {
+  std::vector<index_t> tokens;
+  std::vector<std::uint64_t> hashes;
+  void push(index_t token) {
+    hashes.push_back(extend_hash(hashes.empty() ? 0xcbf29ce484222325ull : hashes.back(), token));
+    tokens.push_back(token);
+  }
+};
+
+/// Everything observable of the cache: per id whether it is active, its length and block table;
+/// per block its reference count; the free count.
+struct Snapshot {
+  std::vector<std::optional<std::pair<index_t, std::vector<index_t>>>> sequences;
+  std::vector<index_t> references;
+  index_t free = 0;
+  bool operator==(const Snapshot&) const = default;
+};
+
+Snapshot snapshot(const PagedKVCache<double>& cache, index_t ids) {
+  Snapshot s;
+  for (index_t id = 0; id < ids; ++id) {
+    try {
+      const auto table = cache.block_table(id);
+      s.sequences.emplace_back(std::pair{cache.length(id), std::vector(table.begin(), table.end())});
+    } catch (const Error&) {
+      s.sequences.emplace_back(std::nullopt);
+    }
+  }
+  for (index_t b = 0; b < cache.n_blocks(); ++b) s.references.push_back(cache.references(b));
+  s.free = cache.free_blocks();
+  return s;
+}
+
+/// The invariants after every call: lengths are the model's; a table holds distinct blocks,
+/// at least ⌈length / P⌉; a block's reference count is the number of tables holding it, and 0
+/// exactly for the free ones; a block held twice is full and lies before each holder's length
+/// (so no step ever writes into it).
+void check_invariants(const PagedKVCache<double>& cache,
+                      const std::map<index_t, SequenceModel>& model, const std::string& where) {
+  SCOPED_TRACE(where);
+  const index_t P = cache.block_size();
+  std::vector<index_t> holders(static_cast<std::size_t>(cache.n_blocks()), 0);
+  for (const auto& [id, m] : model) {
+    ASSERT_EQ(cache.length(id), static_cast<index_t>(m.tokens.size())) << "sequence " << id;
+    const auto table = cache.block_table(id);
+    ASSERT_GE(static_cast<index_t>(table.size()), cache.blocks_for(cache.length(id)));
+    std::vector<index_t> sorted(table.begin(), table.end());
+    std::sort(sorted.begin(), sorted.end());
+    ASSERT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "sequence " << id;
+    for (index_t block : table) ++holders[static_cast<std::size_t>(block)];
+  }
+  index_t free = 0;
+  for (index_t b = 0; b < cache.n_blocks(); ++b) {
+    ASSERT_EQ(cache.references(b), holders[static_cast<std::size_t>(b)]) << "block " << b;
+    free += holders[static_cast<std::size_t>(b)] == 0;
+  }
+  ASSERT_EQ(cache.free_blocks(), free);
+  ASSERT_EQ(cache.active_sequences(), static_cast<index_t>(model.size()));
+  for (const auto& [id, m] : model) {
+    const auto table = cache.block_table(id);
+    for (std::size_t j = 0; j < table.size(); ++j) {
+      if (cache.references(table[j]) > 1) {
+        ASSERT_LE(static_cast<index_t>(j + 1) * P, cache.length(id))
+            << "block " << table[j] << " is shared but not full in sequence " << id;
+      }
+    }
+  }
+}
+
+TEST(PagedKVCacheFuzz, AllocateShareStepFreeAndRefuseKeepEveryInvariantAndTheAttention) {
+  // Seeded random calls on a small pool (so it runs out), tokens from a 3-letter alphabet (so
+  // prompts share prefixes), bad ids, repeated ids and steps that do not fit among them. After
+  // every call: the invariants above; a call that throws changed nothing; every step's attention
+  // equals the naive causal softmax over the rows the sequence's tokens imply — which fails if a
+  // shared block were overwritten, a table pointed at another sequence's block, or a freed block
+  // were still read.
+  const TransformerConfig cfg = config();
+  const index_t H = 4, H_kv = 2, d = 4, L = 2;
+  int calls = 0, refused = 0, shared_positions = 0, steps = 0;
+  for (const index_t block_size : {1, 2, 4}) {
+    for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+      std::mt19937_64 rng(seed * 7919 + static_cast<std::uint64_t>(block_size));
+      const auto pick = [&rng](index_t lo, index_t hi) {
+        return std::uniform_int_distribution<index_t>(lo, hi)(rng);
+      };
+      PagedKVCache<double> cache(cfg, 10 + pick(0, 8), block_size);
+      std::map<index_t, SequenceModel> model;
+      const index_t id_range = 8;
+      const auto some_id = [&]() -> index_t {
+        if (model.empty() || pick(0, 5) == 0) return pick(-2, id_range);  // maybe not active
+        auto it = model.begin();
+        std::advance(it, pick(0, static_cast<index_t>(model.size()) - 1));
+        return it->first;
+      };
+      // Runs `call`; if it throws dissect::Error the cache must be exactly as before.
+      const auto guarded = [&](const std::string& what, auto&& call) -> bool {
+        ++calls;
+        const Snapshot before = snapshot(cache, id_range);
+        try {
+          call();
+          return true;
+        } catch (const Error&) {
+          ++refused;
+          EXPECT_EQ(snapshot(cache, id_range), before) << what << " threw and changed the cache";
+          return false;
+        }
+      };
+      const auto step = [&](std::vector<index_t> ids, const std::vector<std::vector<index_t>>& add) {
+        const index_t B = static_cast<index_t>(ids.size());
+        const index_t T = add.empty() ? 0 : static_cast<index_t>(add[0].size());
+        bool ok = guarded("check_step", [&] { cache.check_step("fuzz", cfg, ids, T); });
+        ok = ok && guarded("reserve", [&] { cache.reserve(ids, T); });
+        if (!ok) return;
+        ++steps;
+        Tensor<double, 4> q({B, H, T, d}), k({B, H_kv, T, d}), v({B, H_kv, T, d}), o({B, H, T, d});
+        for (index_t layer = 0; layer < L; ++layer) {
+          std::vector<std::vector<std::uint64_t>> hashes(static_cast<std::size_t>(B));
+          for (index_t b = 0; b < B; ++b) {
+            SequenceModel grown = model.at(ids[static_cast<std::size_t>(b)]);
+            for (index_t t : add[static_cast<std::size_t>(b)]) grown.push(t);
+            hashes[static_cast<std::size_t>(b)] = grown.hashes;
+            for (index_t t = 0; t < T; ++t) {
+              const std::uint64_t h = grown.hashes[grown.hashes.size() - std::size_t(T - t)];
+              for (index_t g = 0; g < H_kv; ++g) {
+                for (index_t i = 0; i < d; ++i) {
+                  k(b, g, t, i) = prefix_value(h, layer, g, i, 0);
+                  v(b, g, t, i) = prefix_value(h, layer, g, i, 1);
+                }
+              }
+              for (index_t hq = 0; hq < H; ++hq) {
+                for (index_t i = 0; i < d; ++i) q(b, hq, t, i) = prefix_value(h, layer, hq, i, 2);
+              }
+            }
+          }
+          cache.attend(layer, ids, q, k, v, o);
+          for (index_t b = 0; b < B && T > 0; ++b) {
+            const auto& hs = hashes[static_cast<std::size_t>(b)];
+            const index_t S = static_cast<index_t>(hs.size()), held = S - T;
+            std::vector<double> keys(static_cast<std::size_t>(H_kv * S * d)), values(keys.size());
+            for (index_t g = 0; g < H_kv; ++g) {
+              for (index_t j = 0; j < S; ++j) {
+                for (index_t i = 0; i < d; ++i) {
+                  keys[static_cast<std::size_t>((g * S + j) * d + i)] =
+                      prefix_value(hs[static_cast<std::size_t>(j)], layer, g, i, 0);
+                  values[static_cast<std::size_t>((g * S + j) * d + i)] =
+                      prefix_value(hs[static_cast<std::size_t>(j)], layer, g, i, 1);
+                }
+              }
+            }
+            Tensor<double, 4> qb({1, H, T, d}), ob({1, H, T, d});
+            std::copy_n(q.data() + b * H * T * d, H * T * d, qb.data());
+            std::copy_n(o.data() + b * H * T * d, H * T * d, ob.data());
+            EXPECT_TENSOR_NEAR(ob, naive_attention(qb, keys, values, held), 1e-12, 1e-12)
+                << "sequence " << ids[static_cast<std::size_t>(b)] << " at " << held;
+          }
+        }
+        std::vector<index_t> flat;
+        for (const auto& a : add) flat.insert(flat.end(), a.begin(), a.end());
+        cache.advance(ids, TokenBatch{flat, B, T});
+        for (index_t b = 0; b < B; ++b) {
+          for (index_t t : add[static_cast<std::size_t>(b)]) {
+            model.at(ids[static_cast<std::size_t>(b)]).push(t);
+          }
+        }
+      };
+      for (int op = 0; op < 160; ++op) {
+        const std::string where = "block size " + std::to_string(block_size) + ", seed " +
+                                  std::to_string(seed) + ", call " + std::to_string(op);
+        switch (pick(0, 5)) {
+          case 0: {  // a new sequence, its prompt through the prompt cache, then the rest
+            if (cache.active_sequences() >= 6) break;
+            const index_t id = cache.add_sequence();
+            model[id];
+            std::vector<index_t> prompt(static_cast<std::size_t>(pick(1, 11)));
+            for (auto& t : prompt) t = pick(0, pick(0, 3) == 0 ? 2 : 0);
+            index_t taken = 0;
+            guarded("share_prefix", [&] { taken = cache.share_prefix(id, prompt); });
+            shared_positions += static_cast<int>(taken);
+            for (index_t j = 0; j < taken; ++j) model[id].push(prompt[static_cast<std::size_t>(j)]);
+            step({id}, {std::vector<index_t>(prompt.begin() + taken, prompt.end())});
+            break;
+          }
+          case 1: {  // release, sometimes an id that is not active
+            const index_t id = some_id();
+            if (guarded("release", [&] { cache.release(id); })) model.erase(id);
+            break;
+          }
+          case 2:
+          case 3: {  // a decode or prefill step over 1–3 sequences, sometimes one id twice
+            std::vector<index_t> ids;
+            const index_t B = pick(1, 3);
+            for (index_t b = 0; b < B; ++b) ids.push_back(some_id());
+            bool valid = true;
+            for (index_t id : ids) valid = valid && model.count(id);
+            const index_t T = pick(0, 4) == 0 ? pick(2, 6) : 1;
+            std::vector<std::vector<index_t>> add(ids.size(), std::vector<index_t>(T));
+            for (auto& a : add) {
+              for (auto& t : a) t = pick(0, 2);
+            }
+            bool fits = valid;
+            for (index_t id : ids) {
+              fits = fits && model.count(id) && model.at(id).tokens.size() + T <= 40;
+            }
+            if (!valid) {
+              EXPECT_FALSE(guarded("check_step", [&] { cache.check_step("fuzz", cfg, ids, T); }));
+            } else if (fits) {
+              step(ids, add);
+            }
+            break;
+          }
+          case 4: {  // share_prefix on a sequence that already holds positions: refused
+            const index_t id = some_id();
+            if (model.count(id) && !model.at(id).tokens.empty()) {
+              const std::vector<index_t> prompt(8, 0);
+              EXPECT_FALSE(guarded("share_prefix", [&] { (void)cache.share_prefix(id, prompt); }));
+            }
+            break;
+          }
+          case 5: {  // advance without the blocks, or with the wrong number of ids
+            const index_t id = some_id();
+            const std::vector<index_t> ids{id};
+            const std::vector<index_t> tokens(3, 1);
+            if (!model.count(id) || cache.block_table(id).size() * std::size_t(block_size) <
+                                        model.at(id).tokens.size() + 3) {
+              EXPECT_FALSE(guarded("advance", [&] { cache.advance(ids, TokenBatch{tokens, 1, 3}); }));
+            }
+            EXPECT_FALSE(guarded("advance", [&] { cache.advance(ids, TokenBatch{tokens, 2, 1}); }));
+            break;
+          }
+        }
+        check_invariants(cache, model, where);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+      for (const auto& [id, m] : model) cache.release(id);
+      EXPECT_EQ(cache.free_blocks(), cache.n_blocks());
+      EXPECT_EQ(cache.active_sequences(), 0);
+    }
+  }
+  // Not vacuous: every kind of call ran, many were refused, and prompts did share blocks.
+  EXPECT_GT(steps, 300);
+  EXPECT_GT(refused, 100);
+  EXPECT_GT(shared_positions, 50);
+  std::cout << "[ fuzz     ] " << calls << " calls, " << steps << " steps, " << refused
+            << " refused, " << shared_positions << " positions shared\n";
 }
 
 }  // namespace test_paged_kv_cache
