@@ -1,8 +1,10 @@
 // fuzz/fuzz_tokenizer_json.cpp — libFuzzer harness for tokenizer.json (dissect/text): the
 // streaming reader, every component's from_json, and then the pipeline the file describes, run
 // on fixed texts, on the input's own bytes (invalid UTF-8 replaced) and on ids taken from the
-// input. Whatever the file says, the library may only refuse it with its own errors; a file it
-// loads must encode and decode without undefined behaviour, and decode what it encodes.
+// input, and a DecodeStream fed those ids one by one, invalid ones among them, its invariants
+// checked after every step. Whatever the file says, the library may only refuse it with its own
+// errors; a file it loads must encode and decode without undefined behaviour, and decode what
+// it encodes. Seeds (fuzz/corpus/tokenizer_json) include reliability rows 117–123's files.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -45,6 +47,31 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     try {
       (void)tokenizer.decode(ids, true);
     } catch (const ConfigError&) {
+    }
+    // A DecodeStream driven step by step by those ids, negative ones among them (reliability
+    // row 118), beside a twin that is given only the ids the stream accepts: a push that throws
+    // changes nothing (the two agree after every step), every piece is UTF-8, and finish
+    // empties the stream.
+    for (const bool skip_special : {false, true}) {
+      text::DecodeStream stream(tokenizer, skip_special), twin(tokenizer, skip_special);
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        const std::int32_t id = i % 5 == 4 ? -1 - static_cast<std::int32_t>(i) : ids[i];
+        std::string piece;
+        try {
+          piece = stream.push(id);
+        } catch (const ConfigError&) {
+          fuzz::require(stream.window_size() == twin.window_size(),
+                        "a throwing push changes nothing");
+          continue;
+        }
+        fuzz::require(piece == twin.push(id), "a throwing push changed what followed");
+        fuzz::require(stream.window_size() == twin.window_size(), "the twins' windows agree");
+        fuzz::require(!text::first_invalid_utf8(piece).has_value(), "each piece is UTF-8");
+      }
+      const std::string rest = stream.finish();
+      fuzz::require(rest == twin.finish(), "the twins finish alike");
+      fuzz::require(!text::first_invalid_utf8(rest).has_value(), "finish gives UTF-8");
+      fuzz::require(stream.window_size() == 0, "finish empties the stream");
     }
   });
   return 0;

@@ -6,12 +6,15 @@
 // component named by its JSON path, a 100 MB line in linear time.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dissect/text/decode_stream.hpp"
+#include "dissect/text/normalizer.hpp"
 #include "dissect/text/tokenizer_files.hpp"
 #include "support/io_testing.hpp"
 #include "support/sanitizers.hpp"
@@ -120,6 +123,49 @@ TEST(Regex, SpacesAndCaseFollowJavaScript) {
   EXPECT_THROW(text::Regex("(unclosed", "test"), ConfigError);
 }
 
+// Row 119: a pattern that backtracks catastrophically at every position, each call under
+// PCRE2's own limit (57 s on 100 KB before), meets the work bound of the whole encode: an Error
+// naming the pattern, in well under a second. A text it matches cheaply still encodes.
+TEST(Regex, CatastrophicBacktrackingMeetsTheWorkBoundOfTheEncode) {
+  const auto tokenizer = load(byte_level_json(
+      {}, json{{"type", "Sequence"},
+               {"pretokenizers",
+                {{{"type", "Split"},
+                  {"pattern", {{"Regex", "(a+)+b|\\s"}}},
+                  {"behavior", "Isolated"},
+                  {"invert", false}},
+                 {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}));
+  EXPECT_EQ(tokenizer.encode("aab ab  x").size(), 9u);
+  std::string text;
+  while (text.size() < (100u << 10)) text += std::string(22, 'a') + " ";
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = message_of([&] { tokenizer.encode(text); });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(message.find("PreTokenizer Split: the pattern \"(a+)+b|\\s\" exceeded the work bound "
+                         "of matching 102419 bytes of text"),
+            std::string::npos)
+      << message;
+  EXPECT_LT(seconds, 20.0);  // about 1 s in a Debug build; the budget is 1.1e8 steps + 1e4/byte
+}
+
+// Row 120: when the JIT's stack is too small, the interpreter really takes over (it was called
+// without PCRE2_NO_JIT and failed the same way): a repeated group over 1 MB, and recursion
+// 20,000 parentheses deep, each one match of the whole text.
+TEST(Regex, TheJitStackFallbackRunsTheInterpreter) {
+  const auto whole = [](const text::Regex& regex, const std::string& s) {
+    std::vector<std::pair<std::size_t, std::size_t>> found;
+    regex.for_each_match(s, "test", [&](std::size_t b, std::size_t e) { found.emplace_back(b, e); });
+    return found == std::vector<std::pair<std::size_t, std::size_t>>{{0, s.size()}};
+  };
+  std::string ab;
+  while (ab.size() < (1u << 20)) ab += "ab";
+  EXPECT_TRUE(whole(text::Regex("(?:a|b)*c", "test"), ab + "c"));
+  const std::size_t depth = 20000;
+  EXPECT_TRUE(whole(text::Regex("\\((?:[^()]|(?R))*\\)", "test"),
+                    std::string(depth, '(') + std::string(depth, ')')));
+}
+
 // Hugging Face's documentation of SplitDelimiterBehavior: "the-final--countdown" split on "-".
 TEST(Split, TheFiveBehavioursOfHuggingFacesExample) {
   // The pieces themselves: a pre-tokenizer on its own.
@@ -159,6 +205,49 @@ TEST(Metaspace, ReplacesSpacesPrependsAndSplitsBeforeEachReplacement) {
   EXPECT_EQ(out, (std::vector<std::string>{"\xE2\x96\x81Hey", "\xE2\x96\x81",
                                            "\xE2\x96\x81"
                                            "friend"}));
+}
+
+// Row 121: a normalizer's output is bounded by its input, checked before the bytes are
+// appended: a Replace of each letter by 10,000 bytes is refused naming the normalizer and the
+// sizes (it used to allocate 10,000 times the text, 4 GB before bad_alloc); inside a Sequence the
+// bound is of the Sequence's input, not of each step's.
+TEST(Normalizer, AnExpansionPastTheBoundIsRefusedBeforeAllocating) {
+  const auto normalizer = [](const json& j) {
+    return text::Normalizer::from_json(text::detail::JsonCursor(j, "normalizer", "t.json"));
+  };
+  const json replace = {{"type", "Replace"},
+                        {"pattern", {{"String", "a"}}},
+                        {"content", std::string(10000, 'x')}};
+  const std::string text(100000, 'a');
+  for (const bool tracked : {false, true}) {
+    EXPECT_NE(message_of([&] {
+                normalizer(replace).apply(text::NormalizedText::original(text, tracked));
+              }).find("Normalizer Replace: 100000 bytes of text would become more than 1604096 "
+                      "(at most 16 times the input + 4096 bytes)"),
+              std::string::npos);
+  }
+  // Four steps of 4× each: 256× the Sequence's input, though each step is within its own.
+  const json quadruple = {{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", "aaaa"}};
+  const json sequence = {{"type", "Sequence"},
+                         {"normalizers", {quadruple, quadruple, quadruple, quadruple}}};
+  EXPECT_THROW(normalizer(sequence).apply(text::NormalizedText::original(text, false)), Error);
+  EXPECT_EQ(normalizer(sequence).apply(text::NormalizedText::original("ab", false)).text,
+            std::string(256, 'a') + "b");  // 257 bytes: within the slack
+}
+
+// Row 121: NFKC's largest expansion, U+FDFA (3 bytes, 18 characters: 33 bytes), is within the
+// bound: 300 KB of it normalize, with and without offsets.
+TEST(Normalizer, NfkcOfItsLargestExpansionIsWithinTheBound) {
+  const json nfkc = {{"type", "NFKC"}};
+  const auto normalizer =
+      text::Normalizer::from_json(text::detail::JsonCursor(nfkc, "normalizer", "t.json"));
+  std::string text;
+  for (int i = 0; i < 100000; ++i) text += "\xEF\xB7\xBA";  // U+FDFA
+  for (const bool tracked : {false, true}) {
+    const auto out = normalizer.apply(text::NormalizedText::original(text, tracked));
+    EXPECT_EQ(out.text.size(), 3300000u);
+    EXPECT_EQ(out.origin.size(), tracked ? 3300000u : 0u);
+  }
 }
 
 // ---- the model --------------------------------------------------------------------------------
@@ -256,6 +345,63 @@ TEST(DecodeStream, HoldsACharacterBackUntilItsLastByte) {
   EXPECT_EQ(stream.finish(), "\xEF\xBF\xBD");  // a character that never completed
 }
 
+// Row 118: an id outside the vocabulary is refused and leaves the stream as it was; the stream
+// goes on as if the id never came (it used to stay in the window, so every later push threw).
+TEST(DecodeStream, AThrowingPushOrFinishChangesNothing) {
+  const auto tokenizer = load(byte_level_json({}));
+  text::DecodeStream stream(tokenizer);
+  EXPECT_EQ(stream.push('a'), "a");
+  EXPECT_EQ(stream.push(0xE2), "");
+  EXPECT_THROW(stream.push(100000), ConfigError);
+  EXPECT_THROW(stream.push(-1), ConfigError);
+  EXPECT_EQ(stream.push(0x82), "");
+  EXPECT_EQ(stream.push(0xAC), "\xE2\x82\xAC");
+  EXPECT_THROW(stream.push(256), ConfigError);
+  EXPECT_EQ(stream.push('b'), "b");
+  EXPECT_EQ(stream.finish(), "");
+}
+
+// Row 118: bytes that never form a character are emitted as U+FFFD once max_pending ids wait,
+// and the window stays a few ids long: 20,000 stray continuation bytes in linear time (4,000
+// took 18.5 s when the window held them all). Random byte streams, valid characters among
+// invalid bytes, give exactly decode() of all their ids.
+TEST(DecodeStream, BytesThatNeverFormACharacterKeepTheWindowShort) {
+  const auto tokenizer = load(byte_level_json({}));
+  text::DecodeStream stream(tokenizer);
+  std::string streamed;
+  std::vector<std::int32_t> ids(20000, 0x80);
+  std::size_t widest = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto id : ids) {
+    streamed += stream.push(id);
+    widest = std::max(widest, stream.window_size());
+  }
+  streamed += stream.finish();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LE(widest, 3 * text::DecodeStream::max_pending);
+  EXPECT_EQ(streamed, tokenizer.decode(ids));
+  EXPECT_LT(seconds, 10.0);  // milliseconds; quadratic took minutes
+
+  std::mt19937 random(51);
+  // Lead bytes of each length, continuation bytes, ASCII and bytes never valid.
+  const std::vector<int> bytes = {'a', ' ', 0x80, 0x82, 0xAC, 0xBF, 0x9F, 0x98, 0xC3, 0xA9,
+                                  0xE2, 0xF0, 0xF4, 0xC0, 0xFF, 0xED, 0xA0, 0xE0};
+  for (int round = 0; round < 3000; ++round) {
+    std::vector<std::int32_t> seq(random() % 40);
+    for (auto& id : seq) id = bytes[random() % bytes.size()];
+    text::DecodeStream s(tokenizer);
+    std::string out;
+    for (const auto id : seq) {
+      out += s.push(id);
+      ASSERT_LE(s.window_size(), 3 * text::DecodeStream::max_pending);
+      ASSERT_FALSE(text::first_invalid_utf8(out).has_value());
+    }
+    out += s.finish();
+    ASSERT_EQ(out, tokenizer.decode(seq)) << "round " << round;
+  }
+}
+
 TEST(Decode, AnIdOutsideTheVocabularyIsRefused) {
   const auto tokenizer = load(byte_level_json({}));
   EXPECT_NE(message_of([&] {
@@ -297,6 +443,53 @@ TEST(TokenizerJson, MalformedFilesAreFormatErrorsNamingThePath) {
   j = byte_level_json({});
   j["model"].erase("merges");
   EXPECT_NE(refused(j.dump()).find("t.json: model: has no \"merges\""), std::string::npos);
+}
+
+// Row 122: what Hugging Face would load into a silently different tokenizer, or refuses.
+TEST(TokenizerJson, IdsTheVocabularyDoesNotBackAndLongReplacementsAreFormatErrors) {
+  const auto refused = [](const json& j) {
+    return message_of([&] { Tokenizer::from_json(j.dump(), "t.json"); });
+  };
+  // An added token on the id of another token: "zz" would encode as 97 and 97 decode as "a".
+  json j = byte_level_json({});
+  j["added_tokens"] = json::array({{{"id", 97}, {"content", "zz"}, {"special", false}}});
+  EXPECT_NE(refused(j).find("t.json: added_tokens[0]: id 97 of \"zz\" is the vocabulary's id of "
+                            "\"a\""),
+            std::string::npos);
+  // The same content as the vocabulary's entry is what real files do: valid.
+  j["added_tokens"] = json::array({{{"id", 97}, {"content", "a"}, {"special", true}}});
+  const auto same = load(j);
+  EXPECT_EQ(same.encode("ab"), (std::vector<std::int32_t>{97, 98}));
+  EXPECT_EQ(same.decode(std::vector<std::int32_t>{97}), "a");
+
+  // A template's special token outside the vocabulary.
+  j = byte_level_json({});
+  j["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+      {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {5000}}, {"tokens", {"<s>"}}}}}}};
+  EXPECT_NE(refused(j).find("t.json: post_processor.special_tokens.<s>.ids[0]: id 5000 is not in "
+                            "the vocabulary (ids 0..255)"),
+            std::string::npos);
+  j["post_processor"]["special_tokens"]["<s>"]["ids"] = {65};  // in the vocabulary: valid
+  EXPECT_EQ(load(j).encode("b"), (std::vector<std::int32_t>{65, 98}));
+
+  // Metaspace's replacement is one character (Hugging Face's `char`), in either stage.
+  for (const std::string replacement : {"\xE2\x96\x81\xE2\x96\x81", "ab", ""}) {
+    j = byte_level_json({}, {{"type", "Metaspace"}, {"replacement", replacement}});
+    EXPECT_NE(refused(j).find("t.json: pre_tokenizer.replacement: must be one character"),
+              std::string::npos)
+        << replacement;
+    j = byte_level_json({});
+    j["decoder"] = {{"type", "Metaspace"}, {"replacement", replacement}};
+    EXPECT_NE(refused(j).find("t.json: decoder.replacement: must be one character"),
+              std::string::npos)
+        << replacement;
+  }
+  j = byte_level_json({});
+  j["decoder"] = {{"type", "Strip"}, {"content", ""}, {"start", 1}, {"stop", 0}};
+  EXPECT_NE(refused(j).find("t.json: decoder.content: must be one character"), std::string::npos);
 }
 
 TEST(TokenizerJson, WhatDissectDoesNotImplementIsAConfigErrorNamingThePath) {

@@ -47,7 +47,7 @@ class Decoder {
     } else if (type == "Strip") {
       out.kind_ = Kind::strip;
       out.content_ = at["content"].string();
-      if (!decode_code_point(out.content_, 0) ||
+      if (out.content_.empty() || !decode_code_point(out.content_, 0) ||
           decode_code_point(out.content_, 0)->length != out.content_.size()) {
         at["content"].fail("must be one character");
       }
@@ -60,7 +60,11 @@ class Decoder {
     } else if (type == "Metaspace") {
       out.kind_ = Kind::metaspace;
       out.replacement_ = at.string_or("replacement", "\xE2\x96\x81");
-      if (out.replacement_.empty()) at["replacement"].fail("must not be empty");
+      // One character, as Hugging Face's `char` (it refuses "▁▁" or ""; reliability.md row 122).
+      if (out.replacement_.empty() ||
+          valid_sequence_length(out.replacement_, 0) != out.replacement_.size()) {
+        at["replacement"].fail(concat("must be one character, not \"", out.replacement_, '"'));
+      }
       if (const auto scheme = at.find("prepend_scheme")) {
         out.strip_first_space_ = scheme->string() != "never";
       } else {

@@ -77,6 +77,8 @@ class NormalizedBuilder {
     out_.text.reserve(bytes);
     if (track_) out_.origin.reserve(bytes);
   }
+  /// The bytes built so far.
+  std::size_t size() const { return out_.text.size(); }
   NormalizedText take() { return std::move(out_); }
 
  private:

@@ -28,7 +28,8 @@ namespace dissect::text {
 /// A Unicode normalization form.
 enum class UnicodeForm { nfc, nfd, nfkc, nfkd };
 
-/// `text` (valid UTF-8) in normalization form `form`.
+/// `text` (valid UTF-8) in normalization form `form`. utf8proc decomposes into 4 bytes per code
+/// point before it composes: callers hand it runs (Normalizer does), not a whole 100 MB text.
 /// @throws Error if utf8proc refuses it (it cannot: the text is validated before).
 inline std::string normalize_unicode(std::string_view text, UnicodeForm form) {
   bool ascii = true;
@@ -61,9 +62,22 @@ inline std::string normalize_unicode(std::string_view text, UnicodeForm form) {
 }
 
 /// One normalizer of tokenizer.json, or a Sequence of them.
+///
+/// Memory is bounded by the input (reliability.md row 121): no normalizer may make its text
+/// longer than `max_growth` times its input plus `max_growth_slack` bytes. The largest
+/// expansion Unicode has, NFKC's U+FDFA (3 bytes → 33), is within it; a Replace of each
+/// character by 10,000 bytes is refused as soon as its output would pass the bound, before it
+/// allocates (it used to end in bad_alloc after 4 GB).
 class Normalizer {
  public:
   enum class Kind { unicode, prepend, replace, strip, sequence };
+
+  static constexpr std::size_t max_growth = 16;
+  static constexpr std::size_t max_growth_slack = 4096;
+  /// The most bytes a normalizer may make of `input` bytes.
+  static constexpr std::size_t output_limit(std::size_t input) {
+    return max_growth * input + max_growth_slack;
+  }
 
   /// Reads tokenizer.json's "normalizer" object at `at`.
   /// @throws FormatError for a malformed one, ConfigError for a type dissect does not implement.
@@ -101,12 +115,21 @@ class Normalizer {
   Kind kind() const { return kind_; }
 
   /// `in` normalized.
+  /// @throws Error when the text would grow past output_limit of `in`'s size (for a Sequence,
+  ///         of the text it was given, not of each step's).
   NormalizedText apply(NormalizedText in) const {
+    const std::size_t base = in.text.size();
+    return apply(std::move(in), base);
+  }
+
+ private:
+  NormalizedText apply(NormalizedText in, std::size_t base) const {
     switch (kind_) {
       case Kind::unicode:
-        return apply_unicode(std::move(in));
+        return apply_unicode(std::move(in), base);
       case Kind::prepend: {
         if (in.text.empty()) return in;  // Hugging Face prepends only to non-empty text
+        check_size("Prepend", base, in.text.size() + content_.size());
         NormalizedBuilder out(in.tracked);
         out.reserve(in.text.size() + content_.size());
         out.add(content_, in.span_of(0, 0));
@@ -114,25 +137,21 @@ class Normalizer {
         return out.take();
       }
       case Kind::replace:
-        return apply_replace(std::move(in));
+        return apply_replace(std::move(in), base);
       case Kind::strip:
         return apply_strip(std::move(in));
       case Kind::sequence:
-        for (const auto& child : children_) in = child.apply(std::move(in));
+        for (const auto& child : children_) in = child.apply(std::move(in), base);
         return in;
     }
     return in;
   }
 
- private:
-  NormalizedText apply_unicode(NormalizedText in) const {
-    if (!in.tracked) {
-      in.text = normalize_unicode(in.text, form_);
-      return in;
-    }
+  NormalizedText apply_unicode(NormalizedText in, std::size_t base) const {
     // Run by run: a run starts at an ASCII byte (or the start) and holds what follows up to
-    // the next ASCII byte. ASCII runs are stable; each other run normalizes on its own.
-    NormalizedBuilder out(true);
+    // the next ASCII byte. ASCII runs are stable; each other run normalizes on its own. So
+    // utf8proc's buffer of 4 bytes per code point is one run's, and the copy is made once.
+    NormalizedBuilder out(in.tracked);
     out.reserve(in.text.size());
     std::size_t begin = 0;
     while (begin < in.text.size()) {
@@ -141,11 +160,12 @@ class Normalizer {
       if (end == begin + 1 && static_cast<unsigned char>(in.text[begin]) < 0x80) {
         out.copy(in, begin, end);
       } else {
-        const std::string run(in.text, begin, end - begin);
+        const std::string_view run = std::string_view(in.text).substr(begin, end - begin);
         const std::string normalized = normalize_unicode(run, form_);
         if (normalized == run) {
           out.copy(in, begin, end);
         } else {
+          check_size(form_name(), base, out.size() + normalized.size());
           out.add(normalized, in.span_of(begin, end));
         }
       }
@@ -154,11 +174,36 @@ class Normalizer {
     return out.take();
   }
 
-  NormalizedText apply_replace(NormalizedText in) const {
+  const char* form_name() const {
+    switch (form_) {
+      case UnicodeForm::nfc:
+        return "NFC";
+      case UnicodeForm::nfd:
+        return "NFD";
+      case UnicodeForm::nfkc:
+        return "NFKC";
+      case UnicodeForm::nfkd:
+        return "NFKD";
+    }
+    return "Unicode";
+  }
+
+  // Refuses an output of `output` bytes from a text of `input` bytes past output_limit.
+  static void check_size(std::string_view name, std::size_t input, std::size_t output) {
+    if (output > output_limit(input)) {
+      throw Error(concat("Normalizer ", name, ": ", input, " bytes of text would become more than ",
+                         output_limit(input), " (at most ", max_growth, " times the input + ",
+                         max_growth_slack, " bytes): refused before allocating"));
+    }
+  }
+
+  NormalizedText apply_replace(NormalizedText in, std::size_t base) const {
     NormalizedBuilder out(in.tracked);
     out.reserve(in.text.size());
     std::size_t copied = 0;
     const auto replace = [&](std::size_t begin, std::size_t end) {
+      // What the text has become so far, checked before the bytes are appended.
+      check_size("Replace", base, out.size() + (begin - copied) + content_.size());
       out.copy(in, copied, begin);
       out.add(content_, in.span_of(begin, end));
       copied = end;

@@ -6,12 +6,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dissect/error.hpp"
 #include "dissect/text/normalized_text.hpp"
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
+#include "dissect/text/detail/function_ref.hpp"
 #include "dissect/text/detail/json_cursor.hpp"
 
 namespace dissect::text {
@@ -46,13 +48,13 @@ class PostProcessor {
           for (std::size_t k = 0; k < ids.size(); ++k) {
             list.push_back(static_cast<std::int32_t>(ids.at(k).integer(0, INT32_MAX)));
           }
-          out.items_.push_back({false, std::move(list)});
+          out.items_.push_back({false, std::move(list), concat(at.source(), ": ", ids.path())});
         } else if (const auto sequence = item.find("Sequence")) {
           const std::string id = (*sequence)["id"].string();
           if (id != "A")
             (*sequence)["id"].unsupported(
                 "only sequence \"A\" is supported (dissect encodes single texts)");
-          out.items_.push_back({true, {}});
+          out.items_.push_back({true, {}, {}});
         } else {
           item.fail("must hold \"SpecialToken\" or \"Sequence\"");
         }
@@ -95,6 +97,28 @@ class PostProcessor {
     }
   }
 
+  /// wrap() as it happens: calls `special(id)` for each id added before the text, then `body()`
+  /// (which encodes the text), then `special(id)` for each id after it, so that a streaming
+  /// encode never holds the ids.
+  void around(detail::FunctionRef<void()> body,
+              detail::FunctionRef<void(std::int32_t)> special) const {
+    switch (kind_) {
+      case Kind::byte_level:
+        return body();
+      case Kind::sequence:
+        return around_children(children_.size(), body, special);
+      case Kind::template_processing:
+        for (const auto& item : items_) {
+          if (item.sequence) {
+            body();
+          } else {
+            for (const std::int32_t id : item.ids) special(id);
+          }
+        }
+        return;
+    }
+  }
+
   /// The ids a template puts first (BOS), for tools that want to name it.
   std::vector<std::int32_t> leading_ids() const {
     std::vector<std::int32_t> out;
@@ -111,6 +135,18 @@ class PostProcessor {
     return out;
   }
 
+  /// Calls `check(id, where)` for each id a template adds; `where` names the file and the JSON
+  /// path of its list ("t.json: post_processor.special_tokens.<s>.ids"), for the tokenizer to
+  /// refuse an id its vocabulary lacks (reliability.md row 122).
+  template <class Check>
+  void for_each_special_id(Check&& check) const {
+    for (const auto& item : items_) {
+      for (std::size_t k = 0; k < item.ids.size(); ++k)
+        check(item.ids[k], std::string_view(concat(item.where, '[', k, ']')));
+    }
+    for (const auto& child : children_) child.for_each_special_id(check);
+  }
+
   /// Whether ByteLevel's offset trimming is on (Hugging Face trims spaces off token offsets).
   bool trims_offsets() const {
     if (kind_ == Kind::byte_level) return trim_offsets_;
@@ -121,10 +157,18 @@ class PostProcessor {
   }
 
  private:
+  // Children wrap in order, the first innermost: child k - 1 wraps what children 0..k-2 gave.
+  void around_children(std::size_t k, detail::FunctionRef<void()> body,
+                       detail::FunctionRef<void(std::int32_t)> special) const {
+    if (k == 0) return body();
+    children_[k - 1].around([&] { around_children(k - 1, body, special); }, special);
+  }
+
   enum class Kind { byte_level, template_processing, sequence };
   struct Item {
     bool sequence = false;
     std::vector<std::int32_t> ids;
+    std::string where;  ///< the file and the JSON path of `ids`, for messages
   };
   Kind kind_ = Kind::sequence;
   bool trim_offsets_ = false;

@@ -18,6 +18,7 @@
 #include "dissect/error.hpp"
 #include "dissect/text/normalized_text.hpp"
 #include "dissect/text/regex.hpp"
+#include "dissect/text/utf8.hpp"
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/text/detail/function_ref.hpp"
@@ -92,7 +93,11 @@ class PreTokenizer {
     } else if (type == "Metaspace") {
       out.kind_ = Kind::metaspace;
       out.replacement_ = at.string_or("replacement", "\xE2\x96\x81");
-      if (out.replacement_.empty()) at["replacement"].fail("must not be empty");
+      // One character, as Hugging Face's `char` (it refuses "▁▁" or ""; reliability.md row 122).
+      if (out.replacement_.empty() ||
+          valid_sequence_length(out.replacement_, 0) != out.replacement_.size()) {
+        at["replacement"].fail(concat("must be one character, not \"", out.replacement_, '"'));
+      }
       out.split_ = at.boolean_or("split", true);
       if (const auto scheme = at.find("prepend_scheme")) {
         const std::string name = scheme->string();

@@ -15,8 +15,11 @@
 #endif
 #include <pcre2.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
 #include <string_view>
 
@@ -109,6 +112,58 @@ inline std::string to_pcre2_pattern(std::string_view pattern, std::string_view w
   return out;
 }
 
+namespace detail {
+
+/// The work a hostile pattern may make matching cost (reliability.md row 119). PCRE2 bounds
+/// each start position by its match limit, but a pattern that backtracks a lot at every
+/// position stays under it and still takes minutes: `(a+)+b|\s` spent 57 s on 100 KB. So each
+/// match call first runs with a small limit per start position, `quick_steps`, which every
+/// tokenizer pattern we know stays far below (work at most quick_steps · bytes); a call that
+/// needs more runs again with PCRE2's usual 10⁷, and those retries draw on one budget for the
+/// whole encode, `base_steps` + `steps_per_byte` · bytes. Past it: an Error naming the pattern.
+class RegexBudget {
+ public:
+  static constexpr std::uint32_t quick_steps = 10'000;
+  static constexpr std::uint32_t deep_steps = 10'000'000;
+  static constexpr std::uint64_t base_steps = 100'000'000;
+  static constexpr std::uint64_t steps_per_byte = 1'000;
+
+  /// Opens the budget of `bytes` of text for this thread, unless one is open already (an
+  /// encode's, which every pattern of it then shares).
+  explicit RegexBudget(std::size_t bytes)
+      : left_(base_steps + steps_per_byte * static_cast<std::uint64_t>(bytes)),
+        total_(left_),
+        bytes_(bytes),
+        owner_(current_ == nullptr) {
+    if (owner_) current_ = this;
+  }
+  ~RegexBudget() {
+    if (owner_) current_ = nullptr;
+  }
+  RegexBudget(const RegexBudget&) = delete;
+  RegexBudget& operator=(const RegexBudget&) = delete;
+
+  /// The budget open on this thread (there is one while any RegexBudget lives).
+  static RegexBudget& current() { return *current_; }
+
+  /// Takes `steps`, or false when fewer are left.
+  bool take(std::uint64_t steps) {
+    if (steps > left_) return false;
+    left_ -= steps;
+    return true;
+  }
+  std::uint64_t total() const { return total_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  std::uint64_t left_, total_;
+  std::size_t bytes_;
+  bool owner_;
+  inline static thread_local RegexBudget* current_ = nullptr;
+};
+
+}  // namespace detail
+
 /// A compiled pattern. Copies share the compiled code, which PCRE2 allows several threads to
 /// match with at once (each call has its own match data).
 class Regex {
@@ -136,27 +191,52 @@ class Regex {
 
   /// Calls `on_match(begin, end)` for each match in `text` (valid UTF-8), left to right and
   /// not overlapping, as JavaScript's matchAll does: after an empty match the search moves on
-  /// by one code point.
-  /// @throws Error naming `op` if PCRE2 gives up (a resource limit on a hostile input).
+  /// by one code point. Work is bounded (detail::RegexBudget), and memory: when the JIT's stack
+  /// is too small (deep backtracking over a long text) the rest of the text goes to the
+  /// interpreter, whose frames live on the heap, at most 64 MiB + 256 bytes per byte of text
+  /// (reliability.md row 120).
+  /// @throws Error naming `op` and the pattern past the work bound, or if PCRE2 gives up (a
+  ///         resource limit on a hostile input).
   template <class OnMatch>
   void for_each_match(std::string_view text, std::string_view op, OnMatch&& on_match) const {
     const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
         pcre2_match_data_create_from_pattern(code_.get(), nullptr), pcre2_match_data_free);
-    if (!data) throw std::bad_alloc();
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    const std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> context(
+        pcre2_match_context_create(nullptr), pcre2_match_context_free);
+    if (!data || !context) throw std::bad_alloc();
+    const std::uint64_t heap_kib = 65'536 + text.size() / 4;  // 64 MiB + 256 B per byte
+    pcre2_set_heap_limit(context.get(),
+                         static_cast<std::uint32_t>(std::min<std::uint64_t>(heap_kib, UINT32_MAX)));
+    detail::RegexBudget local(text.size());  // unless an encode opened one
+    detail::RegexBudget& budget = detail::RegexBudget::current();
+    bool jit = jit_;
+    const auto match = [&](std::size_t at, std::uint32_t limit) {
+      pcre2_set_match_limit(context.get(), limit);
+      const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+      int rc = jit ? pcre2_jit_match(code_.get(), subject, text.size(), at, 0, data.get(),
+                                     context.get())
+                   : PCRE2_ERROR_JIT_STACKLIMIT;
+      if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+        // Deep backtracking: the interpreter keeps its frames on the heap. PCRE2_NO_JIT, or
+        // pcre2_match would run the JIT code again.
+        jit = false;
+        rc = pcre2_match(code_.get(), subject, text.size(), at, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
+                         data.get(), context.get());
+      }
+      return rc;
+    };
     std::size_t at = 0;
     while (at <= text.size()) {
-      const int rc =
-          jit_ ? pcre2_jit_match(code_.get(), subject, text.size(), at, 0, data.get(), nullptr)
-               : pcre2_match(code_.get(), subject, text.size(), at, PCRE2_NO_UTF_CHECK, data.get(),
-                             nullptr);
-      if (rc == PCRE2_ERROR_NOMATCH) return;
-      if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {  // deep backtracking: the interpreter uses the heap
-        match_from_interpreter(text, at, op, on_match);
-        return;
+      int rc = match(at, detail::RegexBudget::quick_steps);
+      if (rc == PCRE2_ERROR_MATCHLIMIT) {
+        if (!budget.take(detail::RegexBudget::deep_steps)) throw over_budget(op, budget);
+        rc = match(at, detail::RegexBudget::deep_steps);
+        if (rc == PCRE2_ERROR_MATCHLIMIT) throw over_budget(op, budget);
       }
+      if (rc == PCRE2_ERROR_NOMATCH) return;
       if (rc < 0) {
-        throw Error(concat(op, ": matching the pattern \"", source_, "\" failed: ", message(rc)));
+        throw Error(concat(op, ": matching the pattern \"", source_, "\" failed: ", message(rc),
+                           " (on ", text.size(), " bytes of text)"));
       }
       const PCRE2_SIZE* span = pcre2_get_ovector_pointer(data.get());
       const std::size_t begin = span[0], end = span[1];
@@ -171,31 +251,15 @@ class Regex {
     }
   }
 
+  /// Whether the pattern runs as JIT code (false: the interpreter; tests pin the fallback).
+  bool jit() const { return jit_; }
+
  private:
-  template <class OnMatch>
-  void match_from_interpreter(std::string_view text, std::size_t at, std::string_view op,
-                              OnMatch& on_match) const {
-    const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
-        pcre2_match_data_create_from_pattern(code_.get(), nullptr), pcre2_match_data_free);
-    if (!data) throw std::bad_alloc();
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    while (at <= text.size()) {
-      const int rc = pcre2_match(code_.get(), subject, text.size(), at, PCRE2_NO_UTF_CHECK,
-                                 data.get(), nullptr);
-      if (rc == PCRE2_ERROR_NOMATCH) return;
-      if (rc < 0) {
-        throw Error(concat(op, ": matching the pattern \"", source_, "\" failed: ", message(rc)));
-      }
-      const PCRE2_SIZE* span = pcre2_get_ovector_pointer(data.get());
-      on_match(span[0], span[1]);
-      if (span[1] > span[0]) {
-        at = span[1];
-      } else {
-        if (span[1] >= text.size()) return;
-        const std::size_t step = valid_sequence_length(text, span[1]);
-        at = span[1] + (step == 0 ? 1 : step);
-      }
-    }
+  Error over_budget(std::string_view op, const detail::RegexBudget& budget) const {
+    return Error(concat(op, ": the pattern \"", source_, "\" exceeded the work bound of matching ",
+                        budget.bytes(), " bytes of text (", detail::RegexBudget::deep_steps,
+                        " backtracking steps at one position, ", budget.total(),
+                        " in all): it backtracks catastrophically on this text"));
   }
 
   static std::string message(int error) {

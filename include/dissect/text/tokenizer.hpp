@@ -126,6 +126,18 @@ class Tokenizer {
   /// encode() with offsets and the other options.
   Encoding encode_with(std::string_view text, const EncodeOptions& options) const;
 
+  /// One token as encode_each produces it: its id and, when offsets are asked for, the byte
+  /// range of the text it stands for (else an empty span).
+  using TokenSink = detail::FunctionRef<void(std::int32_t id, Span offsets)>;
+
+  /// encode_with, handing each token to `sink` as it is produced instead of collecting them
+  /// (`dissect tokenize` streams a 100 MB line this way). Memory is the text's, whatever the
+  /// number of tokens: a normalized copy and, with offsets, 8 bytes of origin per byte, plus the
+  /// piece being merged. If `sink` throws, encoding stops there and the exception propagates.
+  /// @throws as encode(); Error naming a pattern that exceeds its work bound (regex.hpp) or a
+  ///         normalizer whose output would be too large (normalizer.hpp).
+  void encode_each(std::string_view text, const EncodeOptions& options, TokenSink sink) const;
+
   // ---- decoding ----------------------------------------------------------------------------
 
   /// The text of `ids`, through the decoder (tokens joined by " " when there is none).
@@ -219,9 +231,14 @@ class Tokenizer {
   void read_added_tokens(const detail::JsonCursor& list);
   void index_added_tokens();
 
+  // The ids and spans of one piece, reused from piece to piece.
+  struct EncodeScratch {
+    std::vector<std::int32_t> ids;
+    std::vector<Span> spans;
+  };
   void encode_section(std::string_view text, std::size_t begin, std::size_t end, bool track,
-                      Encoding& out) const;
-  void encode_piece(const Piece& piece, Encoding& out, bool track) const;
+                      TokenSink emit, EncodeScratch& scratch) const;
+  void encode_piece(const Piece& piece, bool track, TokenSink emit, EncodeScratch& scratch) const;
 
   std::string source_;
   std::optional<Normalizer> normalizer_;
@@ -259,6 +276,15 @@ inline void Tokenizer::read(const detail::JsonCursor& root, detail::StreamedMode
   if (const auto post = root.find("post_processor")) post_ = PostProcessor::from_json(*post);
   if (const auto decoder = root.find("decoder")) decoder_ = Decoder::from_json(*decoder);
   index_added_tokens();
+  if (post_) {
+    // Hugging Face would give such an id to the model, whose embedding has no row for it.
+    post_->for_each_special_id([&](std::int32_t id, std::string_view where) {
+      if (!id_to_token(id)) {
+        throw FormatError(concat(where, ": id ", id, " is not in the vocabulary (ids 0..",
+                                 vocab_size() - 1, ")"));
+      }
+    });
+  }
   const auto leading = leading_special_ids();
   if (!leading.empty()) bos_ = leading.front();
 }
@@ -366,6 +392,13 @@ inline void Tokenizer::index_added_tokens() {
                                added_[i].content, "\" is also the id of \"",
                                added_[static_cast<std::size_t>(slot)].content, "\""));
     }
+    // An added token may repeat a vocabulary entry (real files list <s>, <unk> and
+    // <|endoftext|> in both) but not take another token's id: "a" would decode as "zz".
+    if (const std::string* token = model_.token(added_[i].id);
+        token && *token != added_[i].content) {
+      throw FormatError(concat(source_, ": added_tokens[", i, "]: id ", added_[i].id, " of \"",
+                               added_[i].content, "\" is the vocabulary's id of \"", *token, "\""));
+    }
     slot = static_cast<std::int32_t>(i);
     // A normalized token is found after normalization; with no normalizer that is the raw text.
     (added_[i].normalized && normalizer_ ? normalized_added_ : raw_added_).add(added_[i]);
@@ -377,6 +410,17 @@ inline void Tokenizer::index_added_tokens() {
 // ============================================================================================
 
 inline Encoding Tokenizer::encode_with(std::string_view text, const EncodeOptions& options) const {
+  Encoding out;
+  out.ids.reserve(text.size() / 3 + 4);
+  encode_each(text, options, [&](std::int32_t id, Span span) {
+    out.ids.push_back(id);
+    if (options.offsets) out.offsets.push_back(span);
+  });
+  return out;
+}
+
+inline void Tokenizer::encode_each(std::string_view text, const EncodeOptions& options,
+                                   TokenSink sink) const {
   std::string replaced;
   if (const auto bad = first_invalid_utf8(text)) {
     if (options.invalid_utf8 == InvalidUtf8::refuse) {
@@ -392,39 +436,48 @@ inline Encoding Tokenizer::encode_with(std::string_view text, const EncodeOption
     throw Error(
         concat("Tokenizer::encode: ", text.size(), " bytes of text: at most 4 GiB in one call"));
   }
-  Encoding out;
-  out.ids.reserve(text.size() / 3 + 4);
-  std::size_t at = 0;
-  for (const AddedTokenMatch& match : raw_added_.find_all(text)) {
-    encode_section(text, at, match.begin, options.offsets, out);
-    out.ids.push_back(match.id);
-    if (options.offsets)
-      out.offsets.push_back(
-          {static_cast<std::uint32_t>(match.begin), static_cast<std::uint32_t>(match.end)});
-    at = match.end;
-  }
-  encode_section(text, at, text.size(), options.offsets, out);
-  if (options.add_special_tokens && post_)
-    post_->wrap(out.ids, options.offsets ? &out.offsets : nullptr);
-  if (options.offsets && post_ && post_->trims_offsets()) {
-    for (Span& span : out.offsets) {  // ByteLevel's trim_offsets: spaces are not the word's
+  // One work budget for every pattern this encode matches (regex.hpp, reliability.md row 119).
+  const detail::RegexBudget budget(text.size());
+  const bool track = options.offsets;
+  const bool trim = track && post_ && post_->trims_offsets();
+  const auto emit_token = [&](std::int32_t id, Span span) {
+    if (trim) {  // ByteLevel's trim_offsets: spaces are not the word's
       while (span.begin < span.end && text[span.begin] == ' ') ++span.begin;
       while (span.end > span.begin && text[span.end - 1] == ' ') --span.end;
     }
+    sink(id, span);
+  };
+  const TokenSink emit = emit_token;
+  EncodeScratch scratch;
+  const auto body = [&] {
+    std::size_t at = 0;
+    for (const AddedTokenMatch& match : raw_added_.find_all(text)) {
+      encode_section(text, at, match.begin, track, emit, scratch);
+      emit(match.id, track ? Span{static_cast<std::uint32_t>(match.begin),
+                                  static_cast<std::uint32_t>(match.end)}
+                           : Span{});
+      at = match.end;
+    }
+    encode_section(text, at, text.size(), track, emit, scratch);
+  };
+  if (options.add_special_tokens && post_) {
+    post_->around(body, [&](std::int32_t id) { emit(id, Span{}); });
+  } else {
+    body();
   }
-  return out;
 }
 
 inline void Tokenizer::encode_section(std::string_view text, std::size_t begin, std::size_t end,
-                                      bool track, Encoding& out) const {
+                                      bool track, TokenSink emit, EncodeScratch& scratch) const {
   if (begin >= end) return;
   const std::string_view section = text.substr(begin, end - begin);
   const Span whole{static_cast<std::uint32_t>(begin), static_cast<std::uint32_t>(end)};
   const auto pre_tokenize = [&](const Piece& piece) {
     if (pre_tokenizer_) {
-      pre_tokenizer_->split(piece, [&](const Piece& p) { encode_piece(p, out, track); });
+      pre_tokenizer_->split(piece,
+                            [&](const Piece& p) { encode_piece(p, track, emit, scratch); });
     } else {
-      encode_piece(piece, out, track);
+      encode_piece(piece, track, emit, scratch);
     }
   };
   if (!normalizer_ && !track) return pre_tokenize(Piece{section, nullptr, whole});
@@ -441,20 +494,24 @@ inline void Tokenizer::encode_section(std::string_view text, std::size_t begin, 
   std::size_t at = 0;
   for (const AddedTokenMatch& match : normalized_added_.find_all(normalized.text)) {
     part(at, match.begin);
-    out.ids.push_back(match.id);
-    if (track) out.offsets.push_back(normalized.span_of(match.begin, match.end));
+    emit(match.id, track ? normalized.span_of(match.begin, match.end) : Span{});
     at = match.end;
   }
   part(at, normalized.text.size());
 }
 
-inline void Tokenizer::encode_piece(const Piece& piece, Encoding& out, bool track) const {
-  if (!track) return model_.encode(piece.text, out.ids);
-  std::vector<Span> spans;
-  model_.encode(piece.text, out.ids, &spans);
-  for (const Span& s : spans) {
-    out.offsets.push_back(
-        s.end > s.begin ? Span{piece.origin[s.begin].begin, piece.origin[s.end - 1].end} : Span{});
+inline void Tokenizer::encode_piece(const Piece& piece, bool track, TokenSink emit,
+                                    EncodeScratch& scratch) const {
+  scratch.ids.clear();
+  scratch.spans.clear();
+  model_.encode(piece.text, scratch.ids, track ? &scratch.spans : nullptr);
+  for (std::size_t i = 0; i < scratch.ids.size(); ++i) {
+    Span span{};
+    if (track) {
+      const Span& s = scratch.spans[i];
+      if (s.end > s.begin) span = Span{piece.origin[s.begin].begin, piece.origin[s.end - 1].end};
+    }
+    emit(scratch.ids[i], span);
   }
 }
 
