@@ -2,7 +2,8 @@
 // (dissect/text/gguf_tokenizer.hpp): the file is read in memory, its tokenizer.ggml.* metadata
 // built into a tokenizer, and the tokenizer run on fixed texts and on ids taken from the input.
 // Whatever the metadata says, the library may only refuse it with its own errors; a tokenizer
-// it builds must encode and decode without undefined behaviour.
+// it builds must encode and decode without undefined behaviour, and a model file dissect accepts
+// (read_gguf_config) speaks no id past the tokenizer's vocabulary.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dissect/io/gguf_model.hpp"
 #include "dissect/text/gguf_tokenizer.hpp"
 #include "fuzz_support.hpp"
 
@@ -35,6 +37,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
       }
     }
+    // A model file whose config is accepted has no id this tokenizer cannot decode (row 129):
+    // generate prints every id it samples as text.
+    fuzz::expect_only_dissect_errors([&] {
+      const HfConfig model = read_gguf_config(file);
+      fuzz::require(static_cast<index_t>(tokenizer.vocab_size()) >= model.config.vocab,
+                    "every model id in the tokenizer's vocabulary");
+    });
     const std::vector<std::int32_t> ids = fuzz::ids_of(data, size, tokenizer.vocab_size());
     try {
       (void)tokenizer.decode(ids, true);

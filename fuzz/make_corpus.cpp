@@ -5,6 +5,7 @@
 // The files are small (the whole corpus stays well under 200 KB) so that CI's short runs spend
 // their time mutating rather than reading seeds. Crashing inputs found later are added by hand
 // (named crash-*) and are not rewritten here.
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "dissect/io/gguf.hpp"
+#include "dissect/io/gguf_model.hpp"
 #include "dissect/io/lora_file.hpp"
 #include "dissect/io/model_file.hpp"
 #include "dissect/models/decoder_model.hpp"
@@ -88,6 +90,61 @@ void write_hugging_face_gpt2(const fs::path& path, const fs::path& scratch) {
   entries.emplace_back("h.0.attn.bias", std::vector<index_t>{1, 1, context, context},
                        std::span<const float>(mask));
   save_safetensors(path, entries, {{"format", "pt"}});
+}
+
+using GgufMetadata = std::vector<std::pair<std::string, GgufValue>>;
+
+/// A LLaMA of D 8, L 1, H 2, H_kv 1, F 8, V 8 and context 8 under llama.cpp's keys and tensor
+/// names (f32 weights from sin), with a vocabulary of `tokens` pieces (the model's 8 unless
+/// told), `extra` metadata after the model's, and `extra_tensor`, if named, beside its own:
+/// the seeds of the metadata checks (io/gguf_model.hpp), each a few kilobytes.
+void write_tiny_llama_gguf(const fs::path& path, const GgufMetadata& extra, int tokens = 8,
+                           std::string_view architecture = "llama",
+                           std::string_view extra_tensor = "") {
+  TransformerConfig config = fuzz::tiny_llama();
+  config.d_model = 8;
+  config.n_heads = 2;
+  config.n_kv_heads = 1;
+  config.d_ff = 8;
+  config.vocab = 8;
+  config.context = 8;
+  GgufMetadata metadata{{"general.architecture", std::string(architecture)},
+                        {"llama.context_length", std::uint32_t{8}},
+                        {"llama.embedding_length", std::uint32_t{8}},
+                        {"llama.block_count", std::uint32_t{1}},
+                        {"llama.feed_forward_length", std::uint32_t{8}},
+                        {"llama.attention.head_count", std::uint32_t{2}},
+                        {"llama.attention.head_count_kv", std::uint32_t{1}},
+                        {"llama.rope.freq_base", 10000.0f},
+                        {"llama.attention.layer_norm_rms_epsilon", 1e-5f}};
+  GgufValue::Array pieces, types;
+  for (int i = 0; i < tokens; ++i) {
+    static constexpr const char* special[] = {"<unk>", "<s>", "</s>"};
+    pieces.emplace_back(i < 3 ? std::string(special[i])
+                              : std::string(1, static_cast<char>('a' + i)));
+    types.emplace_back(std::int32_t{i < 3 ? 3 : 1});
+  }
+  metadata.push_back({"tokenizer.ggml.model", "gpt2"});
+  metadata.push_back({"tokenizer.ggml.pre", "gpt-2"});
+  metadata.push_back({"tokenizer.ggml.tokens", GgufValue::array(GgufType::string, pieces)});
+  metadata.push_back({"tokenizer.ggml.token_type", GgufValue::array(GgufType::i32, types)});
+  metadata.push_back({"tokenizer.ggml.merges", GgufValue::array(GgufType::string, {})});
+  metadata.insert(metadata.end(), extra.begin(), extra.end());
+  std::vector<GgufExpectedTensor> expected = gguf_model_tensors(ModelFamily::llama, config);
+  if (!extra_tensor.empty()) expected.push_back({std::string(extra_tensor), {8}, ""});
+  std::vector<std::vector<std::byte>> stored;
+  std::vector<GgufTensorEntry> tensors;
+  stored.reserve(expected.size());
+  for (const GgufExpectedTensor& tensor : expected) {
+    index_t n = 1;
+    for (const index_t d : tensor.dims) n *= d;
+    std::vector<float> values(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < values.size(); ++i)
+      values[i] = 0.1f * std::sin(0.7f * static_cast<float>(i + stored.size()));
+    stored.push_back(quantize_ggml(GgmlType::f32, values));
+    tensors.push_back({tensor.name, GgmlType::f32, tensor.dims, stored.back()});
+  }
+  save_gguf(path, metadata, tensors);
 }
 
 }  // namespace
@@ -249,12 +306,10 @@ int main(int argc, char** argv) {
     save_gguf(dir / "every_type.gguf", metadata, tensors);
     const std::vector<std::pair<std::string, GgufValue>> aligned{
         {"general.alignment", std::uint32_t{64}}};
+    // Named, not a temporary: the entry's span borrows these bytes until save_gguf returns.
+    const std::vector<std::byte> q8_0 = quantize_ggml(GgmlType::q8_0, std::span(values).first(96));
     const std::vector<GgufTensorEntry> matrix{
-        {"blk.0.attn_q.weight",
-         GgmlType::q8_0,
-         {32, 3},
-         quantize_ggml(GgmlType::q8_0, std::span(values).first(96))},
-        {"empty", GgmlType::f32, {0}, {}}};
+        {"blk.0.attn_q.weight", GgmlType::q8_0, {32, 3}, q8_0}, {"empty", GgmlType::f32, {0}, {}}};
     save_gguf(dir / "aligned_64.gguf", aligned, matrix);
     const std::string good = read(dir / "every_type.gguf");
     write(dir / "corrupt_truncated.gguf", good.substr(0, good.size() - 100));
@@ -263,6 +318,42 @@ int main(int argc, char** argv) {
     const std::uint64_t count = std::uint64_t{1} << 62;  // after the key and the two type words
     std::memcpy(huge_array.data() + tokens + 6 + 8, &count, 8);
     write(dir / "corrupt_huge_array.gguf", huge_array);
+
+    // The model metadata checks (reliability rows 124–129): a valid tiny LLaMA, then each way its
+    // metadata can ask for another model than its tensors make or print what it should not.
+    write_tiny_llama_gguf(dir / "llama_tiny.gguf", {});
+    write_tiny_llama_gguf(dir / "rope_scaling_factor_1.gguf",
+                          {{"llama.rope.scaling.factor", 1.0f}});  // no scaling: valid
+    write_tiny_llama_gguf(dir / "rope_scaling_factor_4.gguf",
+                          {{"llama.rope.scaling.factor", 4.0f}});  // llama.cpp: linear, 1/4
+    write_tiny_llama_gguf(dir / "rope_scale_linear_4.gguf", {{"llama.rope.scale_linear", 4.0f}});
+    write_tiny_llama_gguf(dir / "rope_scaling_yarn.gguf",
+                          {{"llama.rope.scaling.type", "yarn"},
+                           {"llama.rope.scaling.factor", 8.0f},
+                           {"llama.rope.scaling.original_context_length", std::uint32_t{4}},
+                           {"llama.rope.scaling.attn_factor", 1.2f}});
+    write_tiny_llama_gguf(
+        dir / "expert_count_dense.gguf",
+        {{"llama.expert_count", std::uint32_t{8}}, {"llama.expert_used_count", std::uint32_t{2}}});
+    write_tiny_llama_gguf(dir / "vocab_mismatch.gguf", {}, 6);  // 6 tokens, 8 embedding rows
+    write_tiny_llama_gguf(
+        dir / "not_utf8.gguf",
+        {{"general.name", "bad \xc3\x28 name"},
+         {"general.\xff\xfekey", std::uint32_t{1}},
+         {"general.tags",
+          GgufValue::array(GgufType::string, GgufValue::Array{"ok", "\xed\xa0\x80"})}});
+    write_tiny_llama_gguf(dir / "not_utf8_architecture.gguf", {}, 8, "lla\xffma");
+    write_tiny_llama_gguf(dir / "escape_sequences.gguf",
+                          {{"general.\x1b[2Jtitle",
+                            "\x1b]0;pwned\x07\x1b[31mred\xc2\x9b"
+                            "0m"}},
+                          8, "llama", "\x1b[31mevil\x1b[0m");
+    write_tiny_llama_gguf(dir / "escape_architecture.gguf", {}, 8, "\x1b[2J\x1b[31mllama");
+    // A tokenizer of another size than the embedding, for the tokenizer harness too.
+    fs::copy_file(dir / "vocab_mismatch.gguf", out / "gguf_tokenizer" / "vocab_mismatch.gguf",
+                  fs::copy_options::overwrite_existing);
+    fs::copy_file(dir / "not_utf8.gguf", out / "gguf_tokenizer" / "not_utf8.gguf",
+                  fs::copy_options::overwrite_existing);
   }
   // ---- GGUF tokenizers: a small SentencePiece and a small byte-level BPE vocabulary, as
   // tokenizer.ggml.* (fuzz_gguf_tokenizer).

@@ -4,6 +4,7 @@
 // truncated file, each asserting FormatError and that the message names the file and the field.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -13,6 +14,8 @@
 #include "dissect/count.hpp"
 #include "dissect/io/gguf.hpp"
 #include "dissect/io/gguf_model.hpp"
+#include "dissect/io/gguf_quantize.hpp"
+#include "dissect/io/gguf_weights.hpp"
 #include "support/io_testing.hpp"
 
 namespace dissect {
@@ -460,6 +463,251 @@ TEST(GgufModel, MetadataContradictingTensorsIsRefused) {
     tiny.metadata[6].second = std::uint32_t{3};  // 4 heads over 3 KV heads
     expect_bad_model(tiny, "n_kv_heads");
   }
+}
+
+// ---- metadata that asks for another model than dissect builds (reliability rows 124, 128, 129)
+
+/// TinyLlamaFile with `entries` added to its metadata.
+TinyLlamaFile with_metadata(std::vector<std::pair<std::string, GgufValue>> entries) {
+  TinyLlamaFile tiny;
+  for (auto& entry : entries) tiny.metadata.push_back(std::move(entry));
+  return tiny;
+}
+
+/// Whether read_gguf_config accepts `tiny`; a refusal's message goes to the test's output.
+::testing::AssertionResult loads(TinyLlamaFile tiny) {
+  TemporaryDirectory directory;
+  tiny.save(directory / "tiny.gguf");
+  try {
+    (void)read_gguf_config(GgufFile(directory / "tiny.gguf"));
+    return ::testing::AssertionSuccess();
+  } catch (const Error& error) {
+    return ::testing::AssertionFailure() << error.what();
+  }
+}
+
+/// read_gguf_config of `tiny` must throw FormatError naming the file and holding every part.
+void expect_refused(TinyLlamaFile tiny, std::initializer_list<std::string_view> parts) {
+  TemporaryDirectory directory;
+  tiny.save(directory / "bad.gguf");
+  try {
+    (void)read_gguf_config(GgufFile(directory / "bad.gguf"));
+    ADD_FAILURE() << "no throw; expected " << *parts.begin();
+  } catch (const FormatError& error) {
+    EXPECT_TRUE(contains(error.what(), "bad.gguf"));
+    for (const std::string_view part : parts) EXPECT_TRUE(contains(error.what(), part));
+  }
+}
+
+// Row 124. llama.cpp defaults rope.scaling.type to "linear" and reads rope.scaling.factor (or,
+// without it, the older rope.scale_linear) as freq_scale = 1/factor; a factor of 0 or 1 is no
+// scaling; type "none" never scales; attn_factor scales every rotation whatever the type.
+TEST(GgufModel, ARopeScalingFactorWithoutATypeIsRefusedAsTheLinearScalingLlamaCppRuns) {
+  expect_refused(
+      with_metadata({{"llama.rope.scaling.factor", 4.0f}}),
+      {"metadata \"llama.rope.scaling.factor\" is 4", "\"llama.rope.scaling.type\" is absent",
+       "linear RoPE scaling", "dissect does not run yet"});
+  expect_refused(with_metadata({{"llama.rope.scale_linear", 4.0f}}),
+                 {"metadata \"llama.rope.scale_linear\" is 4", "linear RoPE scaling"});
+  expect_refused(with_metadata({{"llama.rope.scaling.factor", 0.25}}),  // an f64 shrinks too
+                 {"\"llama.rope.scaling.factor\" is 0.25"});
+  expect_refused(with_metadata({{"llama.rope.scaling.factor", std::uint32_t{2}}}),
+                 {"\"llama.rope.scaling.factor\" is 2"});
+  expect_refused(
+      with_metadata({{"llama.rope.scaling.factor", std::numeric_limits<float>::quiet_NaN()}}),
+      {"\"llama.rope.scaling.factor\" is nan"});
+  expect_refused(with_metadata({{"llama.rope.scaling.factor", "4"}}),
+                 {"\"llama.rope.scaling.factor\" is string \"4\", not a number"});
+  // The new key wins over the old one, as in llama.cpp: factor 1 and scale_linear 4 is unscaled,
+  // factor 4 and scale_linear 1 is scaled.
+  EXPECT_TRUE(loads(
+      with_metadata({{"llama.rope.scaling.factor", 1.0f}, {"llama.rope.scale_linear", 4.0f}})));
+  expect_refused(
+      with_metadata({{"llama.rope.scaling.factor", 4.0f}, {"llama.rope.scale_linear", 1.0f}}),
+      {"\"llama.rope.scaling.factor\" is 4"});
+  // No scaling: a factor of exactly 1 (either key), llama.cpp's 0, and any factor under "none".
+  EXPECT_TRUE(loads(with_metadata({{"llama.rope.scaling.factor", 1.0f}})));
+  EXPECT_TRUE(loads(with_metadata({{"llama.rope.scale_linear", 1.0f}})));
+  EXPECT_TRUE(loads(with_metadata({{"llama.rope.scaling.factor", 0.0f}})));
+  EXPECT_TRUE(loads(
+      with_metadata({{"llama.rope.scaling.type", "none"}, {"llama.rope.scaling.factor", 4.0f}})));
+  EXPECT_TRUE(
+      loads(with_metadata({{"llama.rope.scaling.attn_factor", 1.0f},
+                           {"llama.rope.scaling.original_context_length", std::uint32_t{8192}}})));
+  // Any scaling type but "none" stays refused, with its keys or without.
+  for (const char* type : {"linear", "yarn", "longrope", "dynamic", ""}) {
+    expect_refused(
+        with_metadata({{"llama.rope.scaling.type", type},
+                       {"llama.rope.scaling.factor", 1.0f},
+                       {"llama.rope.scaling.original_context_length", std::uint32_t{4096}}}),
+        {"metadata \"llama.rope.scaling.type\" is", "RoPE scaling is not supported"});
+  }
+  expect_refused(with_metadata({{"llama.rope.scaling.type", std::uint32_t{1}}}),
+                 {"\"llama.rope.scaling.type\" is 1"});
+  expect_refused(with_metadata({{"llama.rope.scaling.attn_factor", 1.5f}}),
+                 {"\"llama.rope.scaling.attn_factor\" is f32 1.5", "scales every rotated query"});
+  expect_refused(with_metadata({{"llama.rope.scaling.type", "none"},
+                                {"llama.rope.scaling.attn_factor", 0.5f}}),
+                 {"\"llama.rope.scaling.attn_factor\" is f32 0.5"});
+}
+
+// Row 124: everything that reads a GGUF model goes through read_gguf_config, so the loader,
+// llama.cpp's quantiser (nothing written: its output would run unscaled the same way) and
+// the way to a Hugging Face checkpoint (tests/tools: convert_gguf_rope_scaling) refuse alike.
+TEST(GgufModel, LoadingAndQuantisingAScaledFileAreRefusedToo) {
+  TemporaryDirectory directory;
+  TinyLlamaFile tiny = with_metadata({{"llama.rope.scale_linear", 4.0f}});
+  tiny.save(directory / "scaled.gguf");
+  const GgufFile file(directory / "scaled.gguf");
+  try {
+    (void)load_gguf_model<LlamaModel<float>>(file);
+    ADD_FAILURE() << "no throw";
+  } catch (const FormatError& error) {
+    EXPECT_TRUE(contains(error.what(), "\"llama.rope.scale_linear\" is 4"));
+  }
+  try {
+    quantize_gguf(file, directory / "q8_0.gguf", GgufRecipe::q8_0);
+    ADD_FAILURE() << "no throw";
+  } catch (const FormatError& error) {
+    EXPECT_TRUE(contains(error.what(), "linear RoPE scaling"));
+  }
+  EXPECT_FALSE(std::filesystem::exists(directory / "q8_0.gguf"));
+}
+
+// Row 128. llama.cpp builds a mixture of experts whenever expert_count > 0 and asserts
+// expert_used_count == 0 without experts.
+TEST(GgufModel, ExpertsInTheMetadataOfADenseFileAreRefused) {
+  expect_refused(
+      with_metadata({{"llama.expert_count", std::uint32_t{8}},
+                     {"llama.expert_used_count", std::uint32_t{2}}}),
+      {"metadata \"llama.expert_count\" is u32 8", "mixture of experts", "FFN tensors are dense"});
+  expect_refused(with_metadata({{"llama.expert_used_count", std::uint32_t{2}}}),
+                 {"\"llama.expert_used_count\" is u32 2"});
+  expect_refused(with_metadata({{"llama.expert_count", std::int32_t{-1}}}),
+                 {"\"llama.expert_count\" is i32 -1"});
+  EXPECT_TRUE(loads(with_metadata(
+      {{"llama.expert_count", std::uint32_t{0}}, {"llama.expert_used_count", std::uint32_t{0}}})));
+}
+
+// Row 129. llama.cpp sizes token_embd (and output) by its vocabulary's token count.
+TEST(GgufModel, ATokenizerOfAnotherSizeThanTheEmbeddingIsRefused) {
+  const auto tokens = [](std::size_t n) {
+    GgufValue::Array pieces;
+    for (std::size_t i = 0; i < n; ++i) pieces.emplace_back(concat("t", i));
+    return GgufValue::array(GgufType::string, std::move(pieces));
+  };
+  // TinyLlamaFile's embedding has 50 rows.
+  expect_refused(
+      with_metadata({{"tokenizer.ggml.tokens", tokens(40)}}),
+      {"\"tokenizer.ggml.tokens\" holds 40 tokens", "tensor \"token_embd.weight\" has 50 rows"});
+  expect_refused(with_metadata({{"tokenizer.ggml.tokens", tokens(51)}}), {"holds 51 tokens"});
+  expect_refused(with_metadata({{"tokenizer.ggml.tokens", "a b c"}}),
+                 {"\"tokenizer.ggml.tokens\" is string", "not an array"});
+  expect_refused(
+      with_metadata({{"tokenizer.ggml.model", "none"}, {"llama.vocab_size", std::uint32_t{60}}}),
+      {"\"llama.vocab_size\" is u32 60", "has 50 rows"});
+  EXPECT_TRUE(loads(with_metadata({{"tokenizer.ggml.tokens", tokens(50)}})));
+  EXPECT_TRUE(loads(
+      with_metadata({{"tokenizer.ggml.model", "none"}, {"llama.vocab_size", std::uint32_t{50}}})));
+}
+
+// ---- text from the file in messages (reliability row 126) ---------------------------------------
+
+TEST(GgufText, ControlsAndBytesThatAreNotUtf8AreEscapedAndTheRestIsKept) {
+  EXPECT_EQ(quote_file_text("llama"), "\"llama\"");
+  EXPECT_EQ(quote_file_text("\x1b[2Jx\x07\x7f\n"), "\"\\x1b[2Jx\\x07\\x7f\\x0a\"");
+  EXPECT_EQ(quote_file_text("a\"b\\c"), "\"a\\\"b\\\\c\"");
+  EXPECT_EQ(escape_file_text("a\"b\\c"), "a\"b\\\\c");  // unquoted: a quote mark is plain
+  // UTF-8 letters stay; C1 controls (U+009B is CSI) and the bidirectional overrides do not.
+  EXPECT_EQ(escape_file_text("\xc3\xa9\xe2\x96\x81\xf0\x9f\x98\x80"),
+            "\xc3\xa9\xe2\x96\x81\xf0\x9f\x98\x80");
+  EXPECT_EQ(escape_file_text("a\xc2\x9b"
+                             "1m\xe2\x80\xae"),
+            "a\\xc2\\x9b1m\\xe2\\x80\\xae");
+  // Not UTF-8: a stray continuation, an overlong '/', a surrogate, past U+10FFFF, cut short.
+  EXPECT_EQ(escape_file_text("\x80"), "\\x80");
+  EXPECT_EQ(escape_file_text("\xc0\xaf"), "\\xc0\\xaf");
+  EXPECT_EQ(escape_file_text("\xed\xa0\x80"), "\\xed\\xa0\\x80");
+  EXPECT_EQ(escape_file_text("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");
+  EXPECT_EQ(escape_file_text("ab\xe2\x96"), "ab\\xe2\\x96");
+  EXPECT_EQ(escape_file_text(std::string("a\0b", 3)), "a\\x00b");
+  EXPECT_EQ(GgufValue("x\x1b[0m\xff").describe(), "\"x\\x1b[0m\\xff\"");
+}
+
+/// Whether `text` holds a byte a terminal acts on (a C0 control or DEL).
+bool has_control(std::string_view text) {
+  return std::any_of(text.begin(), text.end(), [](char c) {
+    const auto b = static_cast<unsigned char>(c);
+    return b < 0x20 || b == 0x7f;
+  });
+}
+
+/// `attempt` must throw an Error whose message holds `part` and no control byte.
+template <class Attempt>
+void expect_escaped(const Attempt& attempt, std::string_view part) {
+  try {
+    attempt();
+    ADD_FAILURE() << "no throw; expected " << part;
+  } catch (const Error& error) {
+    EXPECT_TRUE(contains(error.what(), part));
+    EXPECT_FALSE(has_control(error.what())) << error.what();
+  }
+}
+
+TEST(GgufText, EveryMessageQuotesWhatTheFileSaysEscaped) {
+  TemporaryDirectory directory;
+  {
+    TinyLlamaFile tiny;
+    tiny.metadata[0].second = "\x1b[2J\x1b[31mllama";
+    tiny.save(directory / "a.gguf");
+    expect_escaped([&] { (void)read_gguf_config(GgufFile(directory / "a.gguf")); },
+                   "general.architecture \"\\x1b[2J\\x1b[31mllama\" is not one dissect builds");
+  }
+  {
+    TinyLlamaFile tiny;
+    tiny.tensors.push_back({"\x1b]0;pwned\x07", {4}, ""});
+    tiny.save(directory / "b.gguf");
+    expect_escaped([&] { (void)read_gguf_config(GgufFile(directory / "b.gguf")); },
+                   "tensor \"\\x1b]0;pwned\\x07\" is not part of a llama model");
+  }
+  {
+    TinyLlamaFile tiny = with_metadata({{"llama.rope.scaling.type", "\x1b[5mblink\xff"}});
+    tiny.save(directory / "c.gguf");
+    expect_escaped([&] { (void)read_gguf_config(GgufFile(directory / "c.gguf")); },
+                   "is \"\\x1b[5mblink\\xff\": RoPE scaling");
+  }
+  // The parser's own messages: a key given twice, a bool of 2, a tensor past the end.
+  expect_escaped(
+      [] {
+        GgufFile::from_bytes(Builder()
+                                 .header(0, 2)
+                                 .str("k\x1b")
+                                 .put<std::uint32_t>(0)
+                                 .put<std::uint8_t>(1)
+                                 .str("k\x1b")
+                                 .put<std::uint32_t>(0)
+                                 .put<std::uint8_t>(1)
+                                 .out);
+      },
+      "metadata key \"k\\x1b\" appears twice");
+  expect_escaped(
+      [] {
+        GgufFile::from_bytes(Builder()
+                                 .header(0, 1)
+                                 .str("\x9b"
+                                      "b")
+                                 .put<std::uint32_t>(7)
+                                 .put<std::uint8_t>(2)
+                                 .out);
+      },
+      "metadata \"\\x9bb\" is a bool stored as 2");
+  expect_escaped(
+      [] { GgufFile::from_bytes(Builder().header(1, 0).tensor("t\x1b[K", {64}, 0, 0).pad().out); },
+      "tensor \"t\\x1b[K\" (f32 [64], 256 bytes at data offset 0) runs past the end");
+  // Asking for a name that is not there quotes the asker's text alike.
+  const GgufFile blocks(blocks_path);
+  expect_escaped([&] { (void)blocks.info("\x1b[2J"); }, "has no tensor \"\\x1b[2J\"");
+  expect_escaped([&] { (void)blocks.require_string("\x1b[2J"); }, "has no metadata \"\\x1b[2J\"");
 }
 
 }  // namespace test_gguf

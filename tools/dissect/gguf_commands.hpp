@@ -8,17 +8,31 @@
 // totals per type, and for a llama or gpt2 file the config its metadata gives with the config's
 // exact parameter count beside the tensors' (a file whose tensors contradict its metadata is
 // refused with the library's message).
+//
+// `--json` gives the metadata machine-readable: each key maps to {"type", "value"} with numbers
+// as JSON numbers (f32/f64 non-finite as the strings "nan", "inf", "-inf"), strings as
+// strings, bools as bools, and arrays as {"type": "array", "element_type", "length", "value"}
+// holding their first 16 elements (every one with `--full`; nested arrays alike). Text the file
+// holds that is not UTF-8 (keys, values, tensor names) has each bad byte replaced by U+FFFD,
+// so the output is JSON whatever the file holds; the plain report prints such text, and any
+// control character, escaped (\xNN), as the library's messages do.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "dissect/count.hpp"
@@ -76,9 +90,65 @@ inline std::string value_text(const GgufValue& value) {
   return text;
 }
 
+/// How many elements of a metadata array `--json` prints without `--full`.
+inline constexpr std::size_t json_array_elements = 16;
+
+/// A float as the JSON number that reads back as the same float: the shortest decimal that
+/// round-trips it (1e-05 for 1e-5f, not float→double's 9.99999974737875e-06); a NaN or an
+/// infinity, which JSON has no number for, as the string "nan", "inf" or "-inf".
+template <class Float>
+nlohmann::ordered_json json_number(Float value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  if constexpr (std::is_same_v<Float, float>) {
+    char text[64];
+    const auto end = std::to_chars(text, text + sizeof(text), value).ptr;
+    *end = '\0';
+    return std::strtod(text, nullptr);
+  } else {
+    return value;
+  }
+}
+
+/// One metadata value for --json: its element (a number, string, bool, or for an array
+/// {"type": "array", "element_type", "length", "value": its first `max_elements`}).
+inline nlohmann::ordered_json json_element(const GgufValue& value, std::size_t max_elements) {
+  return std::visit(
+      [&](const auto& v) -> nlohmann::ordered_json {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, GgufValue::Array>) {
+          nlohmann::ordered_json elements = nlohmann::ordered_json::array();
+          for (std::size_t i = 0; i < v.size() && i < max_elements; ++i)
+            elements.push_back(json_element(v[i], max_elements));
+          return {{"type", "array"},
+                  {"element_type", gguf_type_name(value.element_type())},
+                  {"length", v.size()},
+                  {"value", std::move(elements)}};
+        } else if constexpr (std::is_floating_point_v<T>) {
+          return json_number(v);
+        } else if constexpr (std::is_same_v<T, std::uint8_t>) {
+          return static_cast<unsigned>(v);
+        } else if constexpr (std::is_same_v<T, std::int8_t>) {
+          return static_cast<int>(v);
+        } else {
+          return v;  // integers, bool, string (made UTF-8 when the whole is dumped)
+        }
+      },
+      value.storage());
+}
+
+/// One metadata entry for --json: {"type", "value"}, an array's fields beside them.
+inline nlohmann::ordered_json json_metadata_value(const GgufValue& value, bool full) {
+  const std::size_t most = full ? std::numeric_limits<std::size_t>::max() : json_array_elements;
+  if (value.as_array()) return json_element(value, most);
+  return {{"type", gguf_type_name(value.type())}, {"value", json_element(value, most)}};
+}
+
 }  // namespace detail_gguf
 
-inline int inspect_gguf(const std::filesystem::path& path, bool json) {
+/// `inspect FILE.gguf`: the report, or with `json` the same as JSON (metadata arrays whole with
+/// `full`, else their first 16 elements and their length).
+inline int inspect_gguf(const std::filesystem::path& path, bool json, bool full = false) {
   namespace g = detail_gguf;
   const GgufFile file(path);
   std::optional<HfConfig> model;
@@ -111,7 +181,9 @@ inline int inspect_gguf(const std::filesystem::path& path, bool json) {
     out["alignment"] = file.alignment();
     out["data_offset"] = file.data_offset();
     auto& metadata = out["metadata"] = nlohmann::ordered_json::object();
-    for (const auto& [key, value] : file.metadata()) metadata[key] = g::value_text(value);
+    for (const auto& [key, value] : file.metadata()) {
+      metadata[key] = g::json_metadata_value(value, full);
+    }
     if (model) {
       out["family"] = family_name(model->family);
       out["config"] = {{"d_model", model->config.d_model},
@@ -141,7 +213,9 @@ inline int inspect_gguf(const std::filesystem::path& path, bool json) {
     out["totals"] = {{"parameters", parameters},
                      {"bytes", bytes},
                      {"exact_from_config", exact >= 0 ? nlohmann::ordered_json(exact) : nullptr}};
-    std::cout << out.dump(2) << "\n";
+    // Text that is not UTF-8 (a key, a string value, a tensor name) cannot be a JSON string:
+    // each bad byte becomes U+FFFD, so the output is valid JSON whatever the file holds.
+    std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     return 0;
   }
 
@@ -168,7 +242,7 @@ inline int inspect_gguf(const std::filesystem::path& path, bool json) {
   for (const auto& [key, value] : file.metadata()) {
     const std::string type = value.as_array() ? concat(gguf_type_name(value.element_type()), "[]")
                                               : gguf_type_name(value.type());
-    metadata.add_row({"  " + key, type, g::value_text(value)});
+    metadata.add_row({"  " + escape_file_text(key), type, g::value_text(value)});
   }
   report << metadata.render() << "\n";
 
@@ -180,7 +254,7 @@ inline int inspect_gguf(const std::filesystem::path& path, bool json) {
     const std::optional<index_t> layer = g::layer_of(info.name);
     if (layer && layer != current_layer) tensors.add_row({concat("layer ", *layer)});
     current_layer = layer;
-    tensors.add_row({(layer ? "  " : "") + info.name, ggml_type_name(info.type),
+    tensors.add_row({(layer ? "  " : "") + escape_file_text(info.name), ggml_type_name(info.type),
                      g::shape_text(info), format_count(info.elements()), format_count(info.bytes),
                      g::bits_per_weight(info.bytes, info.elements())});
   }

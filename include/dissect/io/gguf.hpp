@@ -30,6 +30,7 @@
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/error.hpp"
 #include "dissect/io/detail/atomic_file.hpp"
+#include "dissect/io/detail/gguf_text.hpp"
 #include "dissect/io/detail/mapped_file.hpp"
 #include "dissect/quant/ggml_blocks.hpp"
 #include "dissect/quant/ggml_type.hpp"
@@ -59,6 +60,15 @@ enum class GgufType : std::uint32_t {
 
 /// "u8", …, "bool", "string", "array", "u64", "i64", "f64"; "type <n>" for another number.
 std::string gguf_type_name(GgufType type);
+
+/// Text a file supplies (a key, a tensor name, an architecture, a string value) made fit to
+/// print: every byte a terminal would act on (C0 controls such as ESC, DEL, C1 controls, the
+/// bidirectional overrides) and every byte that is not part of valid UTF-8 written as \xNN (ESC
+/// is \x1b), a backslash doubled; printable text, UTF-8 letters included, as it is.
+std::string escape_file_text(std::string_view text);
+/// escape_file_text in double quotes, a double quote inside escaped: how every message of
+/// dissect's GGUF readers names what the file says (`metadata "a\x1b[2Jb" …`).
+std::string quote_file_text(std::string_view text);
 
 /// One metadata value. Arrays hold values of one element type (possibly arrays themselves).
 class GgufValue {

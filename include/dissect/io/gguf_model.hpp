@@ -16,7 +16,14 @@
 // The vocabulary size is token_embd's second dim. Every tensor must be there with its dims, and
 // no other may be (rope_freqs, for one, means RoPE scaling, which dissect does not run): a file
 // whose metadata contradicts its tensors is a FormatError naming the file, the tensor, both
-// shapes and the key they came from, never a model built from half-matching weights.
+// shapes and the key they came from, never a model built from half-matching weights. So is
+// metadata that would make llama.cpp run another model than dissect's: RoPE scaling (a
+// rope.scaling.type other than "none"; a rope.scaling.factor or the older rope.scale_linear
+// other than 1 without a type, which llama.cpp reads as linear scaling; a
+// rope.scaling.attn_factor other than 1), an expert_count or expert_used_count above 0 (a
+// mixture of experts), and a tokenizer whose token count (tokenizer.ggml.tokens, or
+// <arch>.vocab_size) differs from token_embd's rows. Names from the file are printed through
+// quote_file_text, so a name holding escape sequences reaches no terminal raw.
 #pragma once
 
 #include <limits>
@@ -109,14 +116,122 @@ inline std::string gguf_dims_text(const std::vector<index_t>& dims) {
   return text + "}";
 }
 
+/// RoPE scaling in a llama file, read as llama.cpp reads it (llama_model::load_hparams and
+/// llama_context): `rope.scaling.type` defaults to "linear"; the factor is
+/// `rope.scaling.factor`, else the older `rope.scale_linear`, and 0 means none (freq_scale =
+/// 1/factor); type "none" never scales; `rope.scaling.attn_factor` multiplies every rotated
+/// value whatever the type. dissect's RoPE is unscaled, so a file that asks for scaling is
+/// refused rather than run as another model; a factor of 1 (or 0) and an attn_factor of 1 are
+/// no scaling. `rope.scaling.original_context_length` and the yarn_* keys only act under YaRN,
+/// whose type is refused here.
+template <class Key>
+void check_gguf_rope_scaling(const GgufFile& file, const std::string& where, const Key& key) {
+  const std::string type_key = key("rope.scaling.type");
+  bool none = false;
+  if (const GgufValue* scaling = file.find(type_key)) {
+    const std::string* type = scaling->as_string();
+    if (type == nullptr || *type != "none") {
+      throw FormatError(concat(where, "metadata ", quote_file_text(type_key), " is ",
+                               scaling->describe(),
+                               ": RoPE scaling is not supported (dissect runs RoPE unscaled; only "
+                               "\"none\" is read)"));
+    }
+    none = true;
+  }
+  if (!none) {
+    // llama.cpp reads the new key if it is there and the old one only if it is not.
+    std::string factor_key = key("rope.scaling.factor");
+    if (file.find(factor_key) == nullptr) factor_key = key("rope.scale_linear");
+    if (const GgufValue* factor = file.find(factor_key)) {
+      const std::optional<double> value = factor->as_number();
+      if (!value) {
+        throw FormatError(concat(where, "metadata ", quote_file_text(factor_key), " is ",
+                                 gguf_type_name(factor->type()), " ", factor->describe(3),
+                                 ", not a number"));
+      }
+      if (*value != 1.0 && *value != 0.0) {
+        throw FormatError(
+            concat(where, "metadata ", quote_file_text(factor_key), " is ", factor->describe(),
+                   " and ", quote_file_text(type_key),
+                   " is absent: llama.cpp reads that as linear RoPE scaling (positions divided by ",
+                   factor->describe(),
+                   "), which dissect does not run yet; refusing rather than run "
+                   "the model unscaled"));
+      }
+    }
+  }
+  const std::string attn_key = key("rope.scaling.attn_factor");
+  if (const GgufValue* attn = file.find(attn_key)) {
+    const std::optional<double> value = attn->as_number();
+    if (!value || *value != 1.0) {
+      throw FormatError(concat(where, "metadata ", quote_file_text(attn_key), " is ",
+                               gguf_type_name(attn->type()), " ", attn->describe(3),
+                               ": llama.cpp scales every rotated query and key by it, which "
+                               "dissect does not run yet (only 1 is read)"));
+    }
+  }
+}
+
+/// The vocabulary the tokenizer of a file speaks against the rows of its token embedding: llama.cpp
+/// creates token_embd (and output) with n_vocab = its vocabulary's token count
+/// (`tokenizer.ggml.tokens`, or `<arch>.vocab_size` for a file without a tokenizer) and refuses a
+/// file where they differ; a model whose ids the tokenizer cannot decode (or whose tokens it
+/// cannot embed) is never loaded.
+inline void check_gguf_vocabulary(const GgufFile& file, const std::string& where,
+                                  const std::string& vocab_size_key, index_t rows) {
+  if (file.find("tokenizer.ggml.tokens") != nullptr) {
+    const GgufValue::Array& list = file.require_array("tokenizer.ggml.tokens");
+    if (static_cast<std::uint64_t>(list.size()) != static_cast<std::uint64_t>(rows)) {
+      throw FormatError(concat(where, "metadata \"tokenizer.ggml.tokens\" holds ", list.size(),
+                               " tokens, but tensor \"token_embd.weight\" has ", rows,
+                               " rows (the model's vocabulary): llama.cpp refuses such a file, "
+                               "and ids past the tokenizer's could not be decoded"));
+    }
+  }
+  if (const GgufValue* size = file.find(vocab_size_key)) {
+    const std::optional<std::uint64_t> value = size->as_unsigned();
+    if (!value || *value != static_cast<std::uint64_t>(rows)) {
+      throw FormatError(concat(where, "metadata ", quote_file_text(vocab_size_key), " is ",
+                               gguf_type_name(size->type()), " ", size->describe(3),
+                               ", but tensor \"token_embd.weight\" has ", rows,
+                               " rows (the model's vocabulary)"));
+    }
+  }
+}
+
+/// A mixture of experts in a file's metadata: llama.cpp builds one whenever
+/// `<arch>.expert_count` is above 0 (a router ffn_gate_inp and 3-D ffn_{gate,up,down}_exps
+/// tensors per block), and refuses a used count without experts. dissect reads dense GGUF
+/// models only: either way the file is not the dense model its FFN tensors would make.
+template <class Key>
+void check_gguf_no_experts(const GgufFile& file, const std::string& where, const Key& key) {
+  for (const std::string_view name : {"expert_count", "expert_used_count"}) {
+    const std::string expert_key = key(name);
+    const GgufValue* value = file.find(expert_key);
+    if (value == nullptr) continue;
+    const std::optional<std::uint64_t> count = value->as_unsigned();
+    if (count && *count == 0) continue;
+    const bool dense =
+        file.contains("blk.0.ffn_up.weight") && !file.contains("blk.0.ffn_gate_inp.weight");
+    throw FormatError(
+        concat(where, "metadata ", quote_file_text(expert_key), " is ",
+               gguf_type_name(value->type()), " ", value->describe(3),
+               ": llama.cpp reads a mixture of experts (ffn_gate_inp and "
+               "ffn_*_exps tensors per block), ",
+               dense ? "but the file's FFN tensors are dense (blk.0.ffn_up.weight), so llama.cpp "
+                       "refuses it; dissect will not run it as a dense model"
+                     : "which dissect does not read from GGUF yet"));
+  }
+}
+
 }  // namespace detail
 
 inline HfConfig read_gguf_config(const GgufFile& file) {
   const std::string where = concat("GgufFile: ", file.path().string(), ": ");
   const std::string& architecture = file.require_string("general.architecture");
   if (architecture != "llama" && architecture != "gpt2") {
-    throw FormatError(concat(where, "general.architecture \"", architecture,
-                             "\" is not one dissect builds (llama, gpt2)"));
+    throw FormatError(concat(where, "general.architecture ", quote_file_text(architecture),
+                             " is not one dissect builds (llama, gpt2)"));
   }
   const ModelFamily family = architecture == "llama" ? ModelFamily::llama : ModelFamily::gpt2;
   const auto key = [&](std::string_view name) { return concat(architecture, ".", name); };
@@ -124,7 +239,7 @@ inline HfConfig read_gguf_config(const GgufFile& file) {
     const std::uint64_t value = file.require_unsigned(key(name));
     if (value == 0 ||
         value > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max())) {
-      throw FormatError(concat(where, "metadata \"", key(name), "\" is ", value,
+      throw FormatError(concat(where, "metadata ", quote_file_text(key(name)), " is ", value,
                                ", not a positive size below 2^31"));
     }
     return static_cast<index_t>(value);
@@ -149,14 +264,16 @@ inline HfConfig read_gguf_config(const GgufFile& file) {
   }
   config.vocab = file.info("token_embd.weight").dims[1];
   config.tied_embeddings = !file.contains("output.weight");
+  detail::check_gguf_vocabulary(file, where, key("vocab_size"), config.vocab);
+  detail::check_gguf_no_experts(file, where, key);
   if (family == ModelFamily::llama) {
     config.n_kv_heads = optional_count("attention.head_count_kv");
     config.head_dim = optional_count("attention.key_length");
     if (const auto value_length = optional_count("attention.value_length");
         value_length && *value_length != config.head_size()) {
-      throw FormatError(concat(where, "metadata \"", key("attention.value_length"), "\" ",
-                               *value_length, " differs from the key length ", config.head_size(),
-                               ", which dissect's attention needs"));
+      throw FormatError(concat(where, "metadata ", quote_file_text(key("attention.value_length")),
+                               " ", *value_length, " differs from the key length ",
+                               config.head_size(), ", which dissect's attention needs"));
     }
     config.positions = Positions::rotary;
     config.norm = Norm::rms_norm;
@@ -166,17 +283,11 @@ inline HfConfig read_gguf_config(const GgufFile& file) {
     config.rope_theta = number("rope.freq_base", 10000.0);
     if (const auto rotary = optional_count("rope.dimension_count");
         rotary && *rotary != config.head_size()) {
-      throw FormatError(concat(where, "metadata \"", key("rope.dimension_count"), "\" ", *rotary,
-                               " rotates part of each head (d_k = ", config.head_size(),
-                               "); dissect's RoPE rotates all of it"));
+      throw FormatError(concat(where, "metadata ", quote_file_text(key("rope.dimension_count")),
+                               " ", *rotary, " rotates part of each head (d_k = ",
+                               config.head_size(), "); dissect's RoPE rotates all of it"));
     }
-    if (const GgufValue* scaling = file.find(key("rope.scaling.type"))) {
-      const std::string* type = scaling->as_string();
-      if (type == nullptr || *type != "none") {
-        throw FormatError(concat(where, "metadata \"", key("rope.scaling.type"), "\" is ",
-                                 scaling->describe(), ": RoPE scaling is not supported"));
-      }
-    }
+    detail::check_gguf_rope_scaling(file, where, key);
   } else {
     config.norm_eps = number("attention.layer_norm_epsilon", 1e-5);
   }
@@ -186,17 +297,25 @@ inline HfConfig read_gguf_config(const GgufFile& file) {
     throw ConfigError(concat(where, error.what()));
   }
 
+  // Every block holds tensors: a block_count beyond the file's tensor count is refused before
+  // the list of the tensors it implies is made (2^31 blocks would be 2·10^10 names).
+  if (static_cast<std::uint64_t>(config.n_layers) > file.tensors().size()) {
+    throw FormatError(concat(where, "metadata ", quote_file_text(key("block_count")), " is ",
+                             config.n_layers, ", but the file holds ", file.tensors().size(),
+                             " tensors (", architecture, " blocks hold ",
+                             family == ModelFamily::llama ? 9 : 12, " each)"));
+  }
   const std::vector<GgufExpectedTensor> expected = gguf_model_tensors(family, config);
   std::map<std::string_view, const GgufExpectedTensor*> by_name;
   for (const GgufExpectedTensor& tensor : expected) {
     by_name.emplace(tensor.name, &tensor);
     if (!file.contains(tensor.name)) {
-      throw FormatError(concat(where, "has no tensor \"", tensor.name, "\" (", architecture,
-                               ", block_count ", config.n_layers, ")"));
+      throw FormatError(concat(where, "has no tensor ", quote_file_text(tensor.name), " (",
+                               architecture, ", block_count ", config.n_layers, ")"));
     }
     const GgufTensorInfo& info = file.info(tensor.name);
     if (info.dims != tensor.dims) {
-      throw FormatError(concat(where, "tensor \"", tensor.name, "\" has dims ",
+      throw FormatError(concat(where, "tensor ", quote_file_text(tensor.name), " has dims ",
                                detail::gguf_dims_text(info.dims), " (innermost first); the ",
                                "metadata (", tensor.from, ") gives ",
                                detail::gguf_dims_text(tensor.dims)));
@@ -204,8 +323,9 @@ inline HfConfig read_gguf_config(const GgufFile& file) {
   }
   for (const GgufTensorInfo& info : file.tensors()) {
     if (by_name.count(info.name) == 0) {
-      throw FormatError(concat(where, "tensor \"", info.name, "\" is not part of a ", architecture,
-                               " model of ", config.n_layers, " blocks as dissect builds it",
+      throw FormatError(concat(where, "tensor ", quote_file_text(info.name), " is not part of a ",
+                               architecture, " model of ", config.n_layers,
+                               " blocks as dissect builds it",
                                info.name == "rope_freqs.weight" ? " (RoPE scaling)" : ""));
     }
   }

@@ -192,13 +192,14 @@ inline void quantize_gguf(const GgufFile& in, const std::filesystem::path& out, 
       continue;
     }
     if (info.type != GgmlType::f32 && info.type != GgmlType::f16 && info.type != GgmlType::bf16) {
-      throw Error(concat(where, "tensor \"", info.name, "\" is already ", ggml_type_name(info.type),
+      throw Error(concat(where, "tensor ", quote_file_text(info.name), " is already ",
+                         ggml_type_name(info.type),
                          "; quantising it again would not give llama.cpp's result (start from "
                          "an f32, f16 or bf16 file)"));
     }
     if (info.dims[0] % ggml_type_info(type).block_elements != 0) {
-      throw Error(concat(where, "tensor \"", info.name, "\" has rows of ", info.dims[0],
-                         " values, not whole ", ggml_type_name(type), " blocks"));
+      throw Error(concat(where, "tensor ", quote_file_text(info.name), " has rows of ",
+                         info.dims[0], " values, not whole ", ggml_type_name(type), " blocks"));
     }
     stored.push_back(quantize_ggml(type, in.dequantize(info.name)));
     entries.push_back({info.name, type, info.dims, stored.back()});

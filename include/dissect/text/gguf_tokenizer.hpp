@@ -110,8 +110,8 @@ class GgufTokenizerReader {
   Tokenizer read() {
     const std::string model = file_.require_string("tokenizer.ggml.model");
     if (model != "gpt2" && model != "llama") {
-      throw ConfigError(concat(source_, ": tokenizer.ggml.model \"", model,
-                               "\" is not supported (dissect reads \"gpt2\" and \"llama\")"));
+      throw ConfigError(concat(source_, ": tokenizer.ggml.model ", quote_file_text(model),
+                               " is not supported (dissect reads \"gpt2\" and \"llama\")"));
     }
     spm_ = model == "llama";
     read_vocabulary();
@@ -343,7 +343,7 @@ class GgufTokenizerReader {
     const auto how = gguf_pre_tokenizer(pre);
     if (!how) {
       throw ConfigError(concat(
-          source_, ": tokenizer.ggml.pre \"", pre, pre.empty() ? "\" (missing)" : "\"",
+          source_, ": tokenizer.ggml.pre ", quote_file_text(pre), pre.empty() ? " (missing)" : "",
           " is not supported (dissect splits as llama.cpp does for the gpt-2, llama-bpe, qwen2, "
           "starcoder families and their aliases)"));
     }
@@ -378,7 +378,7 @@ class GgufTokenizerReader {
       // llama.cpp splits at the first space after the first byte.
       const std::size_t space = line->size() > 1 ? line->find(' ', 1) : std::string::npos;
       if (space == std::string::npos)
-        throw FormatError(concat(where(), ": \"", *line, "\" is not two tokens and a space"));
+        throw FormatError(concat(where(), ": ", quote_file_text(*line), " is not two tokens and a space"));
       model.add_merge(std::string_view(*line).substr(0, space),
                       std::string_view(*line).substr(space + 1), where);
     }

@@ -115,7 +115,8 @@ inline std::vector<std::pair<std::string, GgufValue>> gguf_tokenizer_metadata(
     throw FormatError(concat("gguf_tokenizer_metadata: ", source, ": no \"model\" object"));
   const nlohmann::json& model = root["model"];
   if (model.value("type", "BPE") != "BPE")
-    fail(concat("model \"", model.value("type", ""), "\" has no GGUF form here (BPE only)"));
+    fail(concat("model ", quote_file_text(model.value("type", "")),
+                " has no GGUF form here (BPE only)"));
   if (!model.contains("vocab") || !model["vocab"].is_object() || !model.contains("merges") ||
       !model["merges"].is_array())
     throw FormatError(
@@ -137,7 +138,7 @@ inline std::vector<std::pair<std::string, GgufValue>> gguf_tokenizer_metadata(
   for (const auto& [token, id] : model["vocab"].items()) {
     if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() > (1 << 30))
       throw FormatError(
-          concat("gguf_tokenizer_metadata: ", source, ": vocab[\"", token, "\"] is not an id"));
+          concat("gguf_tokenizer_metadata: ", source, ": vocab[", quote_file_text(token), "] is not an id"));
     by_id[id.get<std::int64_t>()] = token;
   }
   if (root.contains("added_tokens") && root["added_tokens"].is_array()) {
@@ -271,8 +272,8 @@ inline std::vector<std::pair<std::string, GgufValue>> gguf_tokenizer_metadata(
     if (!token) return;
     const auto found = id_of.find(*token);
     if (found == id_of.end()) {
-      throw FormatError(concat("gguf_tokenizer_metadata: ", source, ": ", config_key, " \"", *token,
-                               "\" is not a token of the tokenizer"));
+      throw FormatError(concat("gguf_tokenizer_metadata: ", source, ": ", config_key, " ",
+                               quote_file_text(*token), " is not a token of the tokenizer"));
     }
     out.push_back({key, static_cast<std::uint32_t>(found->second)});
   };

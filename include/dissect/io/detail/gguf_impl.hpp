@@ -103,7 +103,7 @@ class GgufReader {
   }
 
   GgufValue read_value(GgufType type, const std::string& key, int depth) {
-    const auto field = [&key] { return concat("metadata \"", key, "\""); };
+    const auto field = [&key] { return concat("metadata ", quote_file_text(key)); };
     switch (type) {
       case GgufType::u8:
         return read<std::uint8_t>(field);
@@ -168,26 +168,15 @@ class GgufReader {
   std::size_t position_ = 0;
 };
 
-inline std::string escape_for_printing(std::string_view text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (byte < 0x20 || byte == 0x7f) {
-      static constexpr char hex[] = "0123456789abcdef";
-      out += "\\x";
-      out += hex[byte >> 4];
-      out += hex[byte & 15];
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
+}  // namespace detail
+
+inline std::string escape_file_text(std::string_view text) {
+  return detail::escape_file_text(text, false);
 }
 
-}  // namespace detail
+inline std::string quote_file_text(std::string_view text) {
+  return concat("\"", detail::escape_file_text(text, true), "\"");
+}
 
 inline std::string gguf_type_name(GgufType type) {
   const auto raw = static_cast<std::uint32_t>(type);
@@ -269,7 +258,7 @@ inline std::string GgufValue::describe(std::size_t max_elements) const {
         if constexpr (std::is_same_v<T, bool>) {
           return v ? "true" : "false";
         } else if constexpr (std::is_same_v<T, std::string>) {
-          return detail::escape_for_printing(v);
+          return quote_file_text(v);
         } else if constexpr (std::is_same_v<T, Array>) {
           std::string out = "[";
           for (std::size_t i = 0; i < v.size() && i < max_elements; ++i) {
@@ -350,8 +339,9 @@ inline void GgufFile::parse() {
   for (std::int64_t i = 0; i < key_count; ++i) {
     std::string key = in.read_string(concat("metadata key ", i));
     if (key.empty()) in.fail(concat("metadata key ", i, " is empty"));
-    if (keys_.count(key) != 0) in.fail(concat("metadata key \"", key, "\" appears twice"));
-    const GgufType type = in.read_type(concat("metadata \"", key, "\""));
+    if (keys_.count(key) != 0)
+      in.fail(concat("metadata key ", quote_file_text(key), " appears twice"));
+    const GgufType type = in.read_type(concat("metadata ", quote_file_text(key)));
     GgufValue value = in.read_value(type, key, 0);
     keys_.emplace(key, metadata_.size());
     metadata_.emplace_back(std::move(key), std::move(value));
@@ -372,7 +362,7 @@ inline void GgufFile::parse() {
   for (std::int64_t i = 0; i < tensor_count; ++i) {
     GgufTensorInfo info;
     info.name = in.read_string(concat("the name of tensor ", i));
-    const std::string field = concat("tensor \"", info.name, "\"");
+    const std::string field = concat("tensor ", quote_file_text(info.name));
     if (info.name.empty()) in.fail(concat("tensor ", i, " has an empty name"));
     if (info.name.size() > max_name_bytes) {
       in.fail(concat(field, ": its name is ", info.name.size(), " bytes; GGUF names take at most ",
@@ -428,7 +418,7 @@ inline void GgufFile::parse() {
   for (const GgufTensorInfo& info : tensors_) {
     if (info.bytes > 0 &&
         (data > file.size() || info.offset > data_bytes || info.bytes > data_bytes - info.offset)) {
-      in.fail(concat("tensor \"", info.name, "\" (", ggml_type_name(info.type), " ",
+      in.fail(concat("tensor ", quote_file_text(info.name), " (", ggml_type_name(info.type), " ",
                      format_shape(info.shape()), ", ", info.bytes, " bytes at data offset ",
                      info.offset, ") runs past the end of the file (", data_bytes,
                      " data bytes): truncated"));
@@ -441,8 +431,8 @@ inline void GgufFile::parse() {
     const GgufTensorInfo& before = *by_offset[i - 1];
     const GgufTensorInfo& after = *by_offset[i];
     if (before.bytes > 0 && after.bytes > 0 && before.offset + before.bytes > after.offset) {
-      in.fail(concat("tensors \"", before.name, "\" (bytes ", before.offset, "..",
-                     before.offset + before.bytes, ") and \"", after.name, "\" (from ",
+      in.fail(concat("tensors ", quote_file_text(before.name), " (bytes ", before.offset, "..",
+                     before.offset + before.bytes, ") and ", quote_file_text(after.name), " (from ",
                      after.offset, ") overlap"));
     }
   }
@@ -458,14 +448,15 @@ inline const GgufValue& require_key(const GgufFile& file, std::string_view key) 
   const GgufValue* value = file.find(key);
   if (value == nullptr) {
     throw FormatError(
-        concat("GgufFile: ", file.path().string(), ": has no metadata \"", key, "\""));
+        concat("GgufFile: ", file.path().string(), ": has no metadata ", quote_file_text(key)));
   }
   return *value;
 }
 [[noreturn]] inline void wrong_key_type(const GgufFile& file, std::string_view key,
                                         const GgufValue& value, std::string_view wanted) {
-  throw FormatError(concat("GgufFile: ", file.path().string(), ": metadata \"", key, "\" is ",
-                           gguf_type_name(value.type()), " ", value.describe(3), ", not ", wanted));
+  throw FormatError(concat("GgufFile: ", file.path().string(), ": metadata ", quote_file_text(key),
+                           " is ", gguf_type_name(value.type()), " ", value.describe(3), ", not ",
+                           wanted));
 }
 }  // namespace detail
 
@@ -496,7 +487,7 @@ inline const GgufValue::Array& GgufFile::require_array(std::string_view key) con
 inline const GgufTensorInfo& GgufFile::info(std::string_view name) const {
   const auto it = index_.find(name);
   if (it == index_.end()) {
-    throw Error(concat("GgufFile: ", path_.string(), " has no tensor \"", name, "\""));
+    throw Error(concat("GgufFile: ", path_.string(), " has no tensor ", quote_file_text(name)));
   }
   return tensors_[it->second];
 }
@@ -512,8 +503,9 @@ inline std::span<const std::byte> GgufFile::bytes(std::string_view name) const {
 inline std::vector<float> GgufFile::dequantize(std::string_view name) const {
   const GgufTensorInfo& tensor = info(name);
   if (!ggml_type_info(tensor.type).decoded_by_dissect) {
-    throw ConfigError(concat("GgufFile: ", path_.string(), ": tensor \"", name, "\" is ",
-                             ggml_type_name(tensor.type), ", which dissect does not decode"));
+    throw ConfigError(concat("GgufFile: ", path_.string(), ": tensor ", quote_file_text(name),
+                             " is ", ggml_type_name(tensor.type),
+                             ", which dissect does not decode"));
   }
   std::vector<float> values(static_cast<std::size_t>(tensor.elements()));
   dequantize_ggml(tensor.type, bytes(name), values);
@@ -525,8 +517,9 @@ Tensor<float, Rank> GgufFile::load(std::string_view name) const {
   const GgufTensorInfo& tensor = info(name);
   const std::vector<index_t> shape = tensor.shape();
   if (shape.size() != Rank) {
-    throw ShapeError(concat("GgufFile::load: tensor \"", name, "\" of ", path_.string(), " is ",
-                            format_shape(shape), " (rank ", shape.size(), "), not rank ", Rank));
+    throw ShapeError(concat("GgufFile::load: tensor ", quote_file_text(name), " of ",
+                            path_.string(), " is ", format_shape(shape), " (rank ", shape.size(),
+                            "), not rank ", Rank));
   }
   std::array<index_t, Rank> extents{};
   std::copy(shape.begin(), shape.end(), extents.begin());

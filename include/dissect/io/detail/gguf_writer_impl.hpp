@@ -37,7 +37,7 @@ class GgufBytes {
             put<std::uint64_t>(v.size());
             for (const GgufValue& element : v) {
               if (element.type() != value.element_type()) {
-                throw Error(concat("save_gguf: metadata \"", key, "\" is an array of ",
+                throw Error(concat("save_gguf: metadata ", quote_file_text(key), " is an array of ",
                                    gguf_type_name(value.element_type()), " holding a ",
                                    gguf_type_name(element.type())));
               }
@@ -69,7 +69,7 @@ inline void save_gguf(const std::filesystem::path& path,
   std::map<std::string_view, int> seen;
   for (const auto& [key, value] : metadata) {
     if (key.empty() || !seen.emplace(key, 0).second) {
-      throw Error(concat("save_gguf: metadata key \"", key, "\" is ",
+      throw Error(concat("save_gguf: metadata key ", quote_file_text(key), " is ",
                          key.empty() ? "empty" : "given twice"));
     }
     if (key == "general.alignment") {
@@ -94,7 +94,7 @@ inline void save_gguf(const std::filesystem::path& path,
   std::map<std::string_view, int> names;
   index_t offset = 0;
   for (const GgufTensorEntry& tensor : tensors) {
-    const std::string field = concat("save_gguf: tensor \"", tensor.name, "\"");
+    const std::string field = concat("save_gguf: tensor ", quote_file_text(tensor.name));
     if (tensor.name.empty() || tensor.name.size() > GgufFile::max_name_bytes) {
       throw Error(concat(field, ": a name takes 1 to ", GgufFile::max_name_bytes, " bytes"));
     }
