@@ -212,6 +212,33 @@ TEST(BatchedDecodingPool, ASmallPoolMakesRequestsWaitForBlocksNotFail) {
   EXPECT_EQ(cache.free_blocks(), 9);
 }
 
+TEST(BatchedDecodingPool, SlotsAreBoundedByTheRequestsAndAHugeContextCostsNothing) {
+  // Row 132: slots = 2⁴⁰ for one request allocated 2⁴⁰ slot states up front (an abort under
+  // ASan, std::bad_alloc in release); a slot without a request holds nothing, so it is one slot.
+  const LlamaModel<double> model(llama_config(), {.init_std = 0.5, .seed = 5});
+  const std::vector<BatchRequest> one{
+      {.prompt = {5, 1, 4, 1}, .options = {.max_new_tokens = 6, .sampling = {.temperature = 0}}}};
+  auto cache = model.make_paged_kv_cache(8, 4);
+  const auto result = batched_generate(model, cache, std::span<const BatchRequest>(one),
+                                       {.slots = index_t{1} << 40});
+  EXPECT_EQ(result.tokens[0], generated(model, one[0]));
+  EXPECT_EQ(result.stats.peak_batch, 1);
+  EXPECT_EQ(cache.free_blocks(), 8);
+  // No request at all: no slot, no work.
+  EXPECT_TRUE(batched_generate(model, cache, std::span<const BatchRequest>(), {.slots = 1 << 30})
+                  .tokens.empty());
+  // Row 131: the same model with a context of 2³¹ − 1 decodes the same tokens, its RoPE table
+  // grown only to the positions its sequences reach (the paged pool is sized by the caller).
+  auto huge_config = llama_config();
+  huge_config.context = 2147483647;
+  const LlamaModel<double> huge(huge_config, {.init_std = 0.5, .seed = 5});
+  auto huge_cache = huge.make_paged_kv_cache(8, 4);
+  const auto huge_result = batched_generate(huge, huge_cache, std::span<const BatchRequest>(one),
+                                            {.slots = index_t{1} << 40});
+  EXPECT_EQ(huge_result.tokens[0], result.tokens[0]);
+  EXPECT_LE(huge.rope_positions(), 2 * (4 + 6 - 1));
+}
+
 TEST(BatchedDecodingErrors, RequestsThatCannotRunAreRefusedBeforeAnyForward) {
   const GPT2Model<double> model(gpt2_config(), {.init_std = 0.5, .seed = 5});
   auto cache = model.make_paged_kv_cache(4, 4);

@@ -360,6 +360,28 @@ TEST(Budget, TotalsThatOverflowAreConfigErrors) {
                     OverflowError, "budget: weights + one sequence's KV cache: overflows int64");
 }
 
+TEST(Budget, ABatchWhoseKvCachesLeaveInt64IsAnErrorNamingTheBatch) {
+  // Row 135: at batch 10¹⁸ the lesson's 1,073,741,824-byte caches make 1.07·10²⁷ bytes a step
+  // reads; that was turned into a time (1.07·10¹⁸ ms) from bytes no device holds. The bytes are
+  // exact now, and beyond int64 an OverflowError names the batch.
+  BudgetInputs inputs = lesson_inputs();
+  inputs.batch = 8;
+  const Budget eight = compute_budget(lesson_model(), inputs);
+  ASSERT_TRUE(eight.decode);
+  EXPECT_EQ(eight.decode->kv_bytes_read, 8 * index_t{1'073'741'824});
+  // The largest batch whose caches fit int64 is still a budget: ⌊(2⁶³ − 1) / 2³⁰⌋ = 2³³ − 1.
+  inputs.batch = (index_t{1} << 33) - 1;
+  EXPECT_EQ(compute_budget(lesson_model(), inputs).decode->kv_bytes_read,
+            ((index_t{1} << 33) - 1) * (index_t{1} << 30));
+  for (const index_t batch : {index_t{1} << 33, index_t{1'000'000'000'000'000'000}}) {
+    inputs.batch = batch;
+    EXPECT_THROW_WITH(compute_budget(lesson_model(), inputs), OverflowError,
+                      detail::concat("budget: batch ", batch,
+                                     ": the KV caches one decode step reads (batch · "
+                                     "kv_bytes_per_sequence): overflows int64"));
+  }
+}
+
 TEST(Budget, WeightsPlusOneSequenceIsCheckedNotWrapped) {
   // The tool prints "weights + 1 sequence"; it used to add the two unchecked and print a
   // negative size. 2⁶² parameters in fp8 are 2⁶² B; with L = H_kv = T = 1 and d_k = 2⁶¹ the KV

@@ -127,6 +127,29 @@ TEST_F(CheckpointTest, CorruptIndexes) {
        "weight_map puts \"h.1.bias\" in " + shard(1).string() + ", which has no such tensor"});
 }
 
+TEST_F(CheckpointTest, AShardNameWithANulOrATensorTheIndexLeavesOutIsRefused) {  // row 134
+  const std::string index = (directory_ / "sharded" / "model.safetensors.index.json").string();
+  // The system ends a name at a NUL: this one would open model-00001-of-00002.safetensors.
+  expect_refused<FormatError>(
+      write_index(R"({"weight_map": {"wte.weight": "model-00001-of-00002.safetensors\u0000x"}})"),
+      {index,
+       "weight_map \"wte.weight\" names \"model-00001-of-00002.safetensors\\u0000x\", "
+       "not a file beside the index"});
+  // Shard 1 holds wte.weight and h.0.bias; an index that lists only wte.weight leaves h.0.bias
+  // out (transformers loads every tensor of a shard, so it would be in the model there).
+  expect_refused<FormatError>(
+      write_index(R"({"weight_map": {"wte.weight": "model-00001-of-00002.safetensors",)"
+                  R"( "h.1.bias": "model-00002-of-00002.safetensors"}})"),
+      {index, shard(1).string() + " holds \"h.0.bias\", which the index's weight_map does not "
+                                  "list"});
+  // A tensor held by two shards, the index putting it in one: the other copy is refused too.
+  save_safetensors(shard(2), std::vector<SaveEntry>{{"h.1.bias", bias_}, {"h.0.bias", bias_}});
+  expect_refused<FormatError>(good_index(),
+                              {index, shard(2).string() + " holds \"h.0.bias\", which the index's "
+                                                          "weight_map puts in "
+                                                          "model-00001-of-00002.safetensors"});
+}
+
 TEST_F(CheckpointTest, MissingOrCorruptShards) {
   const auto index = write_index(R"({"weight_map": {"w": "model-00003-of-00003.safetensors"}})");
   const auto absent = directory_ / "sharded" / "model-00003-of-00003.safetensors";

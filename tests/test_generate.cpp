@@ -1,15 +1,20 @@
 // Tests of dissect/models/generate.hpp: greedy generation with the KV cache picks exactly the
 // argmax of a full forward over the growing sequence (with the penalties too, reading the prompt
 // and the tokens generated before), a seed repeats a sampled generation, the context bounds the
-// length, and bad prompts and options are refused.
+// length, bad prompts and options are refused, and a huge context costs only what a request
+// needs (generate, beam search and speculative decoding alike).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
 #include "dissect/loss.hpp"
+#include "dissect/models/beam_search.hpp"
 #include "dissect/models/generate.hpp"
+#include "dissect/models/speculative_decoding.hpp"
 #include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"
 
@@ -164,6 +169,87 @@ TEST(Generate, ASeedRepeatsAGenerationWithEveryFilterAndPenalty) {
   generate(model, prompt, options, [&](index_t id) { second.push_back(id); });
   EXPECT_EQ(first.size(), 30u);
   EXPECT_EQ(first, second);
+}
+
+// ---- a context that is merely large (docs/reliability.md row 131) ------------------------------
+
+/// small_llama(29) with another context; the weights of a rotary model do not depend on it, so
+/// models built from one seed differ only in their context.
+TransformerConfig llama_with_context(index_t context) {
+  auto config = small_llama();
+  config.context = context;
+  return config;
+}
+
+/// The contexts a model config may claim (GGUF's llama.context_length, config.json's
+/// max_position_embeddings): 10⁸ took 6.1 GB and over 60 s for 8 tokens when the RoPE table and
+/// the KV cache were sized by it, and 2³¹ − 1 threw std::bad_alloc.
+constexpr index_t huge_contexts[] = {100'000'000, std::numeric_limits<std::int32_t>::max()};
+
+TEST(GenerateMemory, AHugeContextCostsWhatTheRequestNeedsAndGivesTheSameLogits) {
+  const LlamaModel<double> small(llama_with_context(12), {.init_std = 0.5, .seed = 3});
+  const std::vector<index_t> prompt{4, 17, 2};
+  const GenerationOptions options{.max_new_tokens = 6, .sampling = {.temperature = 0}};
+  std::vector<index_t> expected;
+  const auto small_stats =
+      generate(small, prompt, options, [&](index_t id) { expected.push_back(id); });
+  EXPECT_EQ(small_stats.kv_cache_positions, 3 + 6 - 1);
+  for (const index_t context : huge_contexts) {
+    SCOPED_TRACE(context);
+    const LlamaModel<double> model(llama_with_context(context), {.init_std = 0.5, .seed = 3});
+    EXPECT_EQ(model.rope_positions(), 0);  // nothing built for the context
+    std::vector<index_t> tokens;
+    const auto stats = generate(model, prompt, options, [&](index_t id) { tokens.push_back(id); });
+    EXPECT_EQ(tokens, expected);
+    EXPECT_FALSE(stats.stopped_at_context);
+    // The cache holds the prompt and every new token but the last; the RoPE table the positions
+    // fed (grown by doubling: 3, then 6, then 12 >= 8).
+    EXPECT_EQ(stats.kv_cache_positions, 3 + 6 - 1);
+    EXPECT_GE(model.rope_positions(), 8);
+    EXPECT_LE(model.rope_positions(), 2 * 8);
+    // The same logits, bit for bit: the table's entries do not depend on its length.
+    const auto ids = testing::random_ids(10, 29, 5);
+    const auto a = model.forward(TokenBatch{ids, 2, 5});
+    const auto b = small.forward(TokenBatch{ids, 2, 5});
+    ASSERT_EQ(a.shape(), b.shape());
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin()));
+    // max_new_tokens beyond the context is still cut by it, not allocated.
+    const auto cut = generate(small, prompt, {.max_new_tokens = 1'000'000'000'000}, [](index_t) {});
+    EXPECT_TRUE(cut.stopped_at_context);
+    EXPECT_EQ(cut.kv_cache_positions, 12);
+  }
+}
+
+TEST(GenerateMemory, BeamSearchAndSpeculativeDecodingSizeTheirCachesByTheRequest) {
+  const LlamaModel<double> small(llama_with_context(12), {.init_std = 0.5, .seed = 3});
+  const LlamaModel<double> small_draft(llama_with_context(12), {.init_std = 0.5, .seed = 4});
+  const std::vector<index_t> prompt{4, 17, 2, 9};
+  const BeamSearchOptions beams{.num_beams = 3, .max_new_tokens = 5, .num_return_sequences = 2};
+  const SpeculativeOptions speculative{
+      .gamma = 3, .max_new_tokens = 7, .sampling = {.temperature = 0}};
+  const auto expected_beams = beam_search(small, prompt, beams);
+  const auto expected_tokens = speculative_generate(small, small_draft, prompt, speculative).tokens;
+  for (const index_t context : huge_contexts) {
+    SCOPED_TRACE(context);
+    const LlamaModel<double> model(llama_with_context(context), {.init_std = 0.5, .seed = 3});
+    const LlamaModel<double> draft(llama_with_context(context), {.init_std = 0.5, .seed = 4});
+    const auto found = beam_search(model, prompt, beams);
+    ASSERT_EQ(found.sequences.size(), expected_beams.sequences.size());
+    for (std::size_t i = 0; i < found.sequences.size(); ++i) {
+      EXPECT_EQ(found.sequences[i].tokens, expected_beams.sequences[i].tokens);
+      EXPECT_EQ(found.sequences[i].score, expected_beams.sequences[i].score);
+    }
+    EXPECT_LE(model.rope_positions(), 2 * (4 + 5 - 1));
+    // Both caches: the prompt and every new token but the last.
+    SpeculativeDecoder decoder(model, draft, prompt, speculative);
+    EXPECT_EQ(decoder.target_cache().capacity(), 4 + 7 - 1);
+    EXPECT_EQ(decoder.draft_cache().capacity(), 4 + 7 - 1);
+    std::vector<index_t> tokens;
+    while (!decoder.done()) {
+      for (const index_t token : decoder.round()) tokens.push_back(token);
+    }
+    EXPECT_EQ(tokens, expected_tokens);
+  }
 }
 
 TEST(GenerateErrors, BadPromptsAndOptionsAreRefused) {

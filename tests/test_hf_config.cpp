@@ -3,6 +3,7 @@
 // unsupported key is a ConfigError naming the file and the key.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -213,6 +214,63 @@ TEST(HfConfigErrors, EveryBadKeyIsNamedWithTheFile) {
                     "must be a JSON object");
   EXPECT_THROW_WITH(read_hf_config("no/such/config.json"), Error,
                     "no/such/config.json: cannot open");
+}
+
+TEST(HfConfigErrors, ASizeBeyondInt64IsRefusedWithTheFilesOwnNumber) {
+  // Row 133: 2⁶⁴ − 1 was read as int64 −1 and refused as "vocab must be > 0 (got -1)", a
+  // number the file does not hold. Every size key, in config.json and in dissect's own metadata.
+  const std::uint64_t huge = 18446744073709551615u;
+  auto vocab = llama_json();
+  vocab["vocab_size"] = huge;
+  EXPECT_THROW_WITH(parse_hf_config(vocab, "c.json"), ConfigError,
+                    "c.json: \"vocab_size\" is beyond int64, the largest size dissect represents "
+                    "(got 18446744073709551615)");
+  auto width = gpt2_json();
+  width["n_embd"] = std::uint64_t{9223372036854775808u};  // INT64_MAX + 1
+  EXPECT_THROW_WITH(parse_hf_config(width, "c.json"), ConfigError,
+                    "\"n_embd\" is beyond int64, the largest size dissect represents "
+                    "(got 9223372036854775808)");
+  auto saved = config_to_json(parse_hf_config(llama_json(), "c").config);
+  saved["context"] = huge;
+  EXPECT_THROW_WITH(config_from_json(saved, "m"), ConfigError,
+                    "m: \"context\" is beyond int64, the largest size dissect represents "
+                    "(got 18446744073709551615)");
+}
+
+TEST(HfConfigErrors, BiasKeysDissectCannotRepresentAreRefusedAndMistralsAreIgnored) {
+  // Row 133: LlamaConfig's mlp_bias is false when absent, so attention_bias alone biases q, k, v
+  // and o_proj but not the MLP; dissect biases every linear layer or none, and so refuses it
+  // (it read the absent mlp_bias as attention_bias's value: an MLP with biases no file holds).
+  auto attention_only = llama_json();
+  attention_only["attention_bias"] = true;
+  EXPECT_THROW_WITH(parse_hf_config(attention_only, "c.json"), ConfigError,
+                    "c.json: \"attention_bias\" disagrees with mlp_bias (attention_bias = true, "
+                    "mlp_bias = false, LlamaConfig's default): dissect's models bias every linear "
+                    "layer or none (got true)");
+  attention_only["mlp_bias"] = false;
+  EXPECT_THROW_WITH(parse_hf_config(attention_only, "c.json"), ConfigError,
+                    "c.json: \"mlp_bias\" disagrees with attention_bias");
+  auto mlp_only = llama_json();
+  mlp_only["mlp_bias"] = true;
+  EXPECT_THROW_WITH(parse_hf_config(mlp_only, "c.json"), ConfigError,
+                    "\"mlp_bias\" disagrees with attention_bias (attention_bias = false, "
+                    "mlp_bias = true)");
+  auto both = llama_json();
+  both["attention_bias"] = true;
+  both["mlp_bias"] = true;
+  EXPECT_TRUE(parse_hf_config(both, "c.json").config.bias);
+  EXPECT_FALSE(parse_hf_config(llama_json(), "c.json").config.bias);
+  // MistralAttention, MistralMLP and Mixtral's experts are built with bias=False whatever the
+  // file says: their bias keys are ignored, as transformers ignores them.
+  for (auto json : {mistral_json(), both}) {
+    if (json.contains("mlp_bias")) {
+      json["model_type"] = "mixtral";
+      json["num_local_experts"] = 4;
+      json["num_experts_per_tok"] = 2;
+    }
+    json["attention_bias"] = true;
+    EXPECT_FALSE(parse_hf_config(json, "c.json").config.bias) << json.dump();
+  }
 }
 
 TEST(HfConfigFile, ARepeatedKeyIsAnErrorNotTheLastValue) {

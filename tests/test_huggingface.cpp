@@ -210,6 +210,32 @@ fs::path gpt2_with_config(const std::string& folder,
   return out;
 }
 
+TEST(HuggingFaceErrors, ATiedHeadOfAnotherShapeThanTheEmbeddingIsRefused) {
+  // Row 134: with tie_word_embeddings, lm_head.weight is a copy of wte and is not read; one of
+  // another shape was hidden all the same and the file loaded as a model it does not describe.
+  const SafetensorsFile fixture(hf_dir("gpt2") / "model.safetensors");
+  const auto write_with_head = [&](const std::string& folder, std::vector<index_t> shape) {
+    const fs::path out = gpt2_with_config(folder, [](auto&) {});
+    std::vector<SaveEntry> entries;
+    for (const std::string& name : fixture.tensor_names()) {
+      const TensorInfo& info = fixture.info(name);
+      entries.emplace_back(name, info.shape, StoredBytes{info.dtype, fixture.bytes(name)});
+    }
+    const std::vector<float> head(static_cast<std::size_t>(shape[0] * shape[1]), 0.5f);
+    entries.emplace_back("lm_head.weight", shape, std::span<const float>(head));
+    save_safetensors(out / "model.safetensors", entries);
+    return out;
+  };
+  const auto wte = fixture.info("wte.weight").shape;  // [97, 32]
+  EXPECT_NO_THROW(load_hf_model<GPT2Model<float>>(write_with_head("gpt2_tied_head", wte)));
+  const auto wrong = write_with_head("gpt2_tied_head_wrong", {wte[0] - 1, wte[1]});
+  EXPECT_THROW_WITH(load_hf_model<GPT2Model<float>>(wrong), FormatError,
+                    (wrong / "model.safetensors").string() +
+                        ": lm_head.weight [96, 32] is the "
+                        "tied head (tie_word_embeddings), a copy of wte.weight [97, 32], but their "
+                        "shapes differ");
+}
+
 // ---- the naming rules (hf_names.hpp) ------------------------------------------------------------
 
 TEST(HfNames, Gpt2NamesMapToDissectsWithConv1DMarked) {

@@ -659,7 +659,10 @@ TEST(MoeGradients, FiniteDifferencesAwayFromTies) {
 
 // ---- the routing by hand ------------------------------------------------------------------------
 
-TEST(MoeRouting, TiesGoToTheLowestExpertIndex) {
+TEST(MoeRouting, TiesGoToTheLowestExpertIndexByDissectsOwnRule) {
+  // Row 136. Ties to the lowest index are dissect's rule, not torch's: torch.topk leaves the
+  // order of ties unspecified, and on the CPU topk(softmax(zeros(1, 8)), 2) gives [6, 5], with 4
+  // experts [2, 3]. So this asserts dissect's rule, and no fixture has a tied router.
   // A zero router gives every expert the logit 0: top-2 is experts 0 and 1 for every token, with
   // gates 1/2 (softmax of two zeros) or 1/4 each (softmax over four, not renormalised).
   for (const auto gating : {MoeGating::softmax_of_top_k, MoeGating::top_k_of_softmax}) {
@@ -678,6 +681,13 @@ TEST(MoeRouting, TiesGoToTheLowestExpertIndex) {
     EXPECT_EQ(route.kept(0), 6);
     EXPECT_EQ(route.kept(2), 0);
   }
+  // Eight tied experts, where torch's CPU topk happens to give [6, 5]: dissect's rule, 0 and 1.
+  const auto routing = routing_of(2, MoeGating::top_k_of_softmax, false, 0, 0, std::nullopt);
+  MixtureOfExperts<double> eight(3, 5, options_of(8, routing, 1));
+  eight.router().weight().fill(0);
+  std::mt19937_64 engine(4);
+  const auto route = eight.route(random_tensor<double, 3>({1, 2, 3}, engine));
+  EXPECT_EQ(route.experts, (std::vector<index_t>{0, 1, 0, 1}));
 }
 
 TEST(MoeRouting, CapacityDropsInTokenOrderAndCountsWhatItDrops) {

@@ -597,6 +597,38 @@ TEST(Models, LlamaWithASlidingWindowGradientsMatchFiniteDifferences) {
   expect_gradients_match_finite_differences<LlamaModel<double>>(windowed(small_llama()));
 }
 
+TEST(Models, AHugeContextBuildsNoRopeTableUntilAForwardNeedsItAndTrainsAlike) {
+  // Row 131: a LLaMA config with a context of 2³¹ − 1 threw std::bad_alloc at construction (its
+  // RoPE table was [context, d_k/2] twice); the table now holds what the forwards reach, and
+  // training (forward with a cache, then backward) gives the small context's loss and gradients,
+  // bit for bit.
+  auto huge_config = testing::small_llama();
+  huge_config.context = 2147483647;
+  LlamaModel<double> huge(huge_config, {.init_std = 0.5, .seed = 9});
+  LlamaModel<double> small(testing::small_llama(), {.init_std = 0.5, .seed = 9});
+  EXPECT_EQ(huge.rope_positions(), 0);
+  const auto inputs = testing::random_ids(2 * 7, 23, 1), targets = testing::random_ids(14, 23, 2);
+  typename LlamaModel<double>::Cache huge_cache, small_cache;
+  EXPECT_EQ(huge.loss_and_backward(TokenBatch{inputs, 2, 7}, targets, huge_cache),
+            small.loss_and_backward(TokenBatch{inputs, 2, 7}, targets, small_cache));
+  EXPECT_EQ(huge.rope_positions(), 7);
+  std::vector<std::vector<double>> huge_grads, small_grads;
+  huge.for_each_parameter([&](const ParameterName&, auto, auto grad) {
+    huge_grads.emplace_back(grad.data(), grad.data() + grad.size());
+  });
+  small.for_each_parameter([&](const ParameterName&, auto, auto grad) {
+    small_grads.emplace_back(grad.data(), grad.data() + grad.size());
+  });
+  EXPECT_EQ(huge_grads, small_grads);
+  // A KV cache of the request's size decodes past the table, which grows with it.
+  auto kv = huge.make_kv_cache(1, 20);
+  for (std::size_t t = 0; t < 20; ++t) {
+    huge.forward(TokenBatch{std::span<const index_t>(&inputs[t % inputs.size()], 1), 1, 1}, kv);
+  }
+  EXPECT_GE(huge.rope_positions(), 20);
+  EXPECT_LE(huge.rope_positions(), 2 * 20);
+}
+
 TEST(ModelErrors, ARollingCacheNeedsTheModelsWindow) {
   LlamaModel<float> plain(small_llama(), {.seed = 1});
   EXPECT_THROW_WITH(plain.make_rolling_kv_cache(1), ConfigError,

@@ -2,7 +2,8 @@
 // Face's LLaMA rotary embedding (PyTorch fixtures, float32 and float64, offsets 0 and 5, d_k 8 and
 // 64, theta 10⁴ and 5·10⁵), finite differences in double, the algebra of rotations (pair norms
 // kept, offsets compose, q·k depends only on the position difference, backward inverts forward),
-// in-place use, and every bad input with its type and message.
+// in-place use, the growing table a model holds (sized by the positions asked, its entries the
+// full table's bit for bit), and every bad input with its type and message.
 #include "dissect/rope.hpp"
 
 #include <gtest/gtest.h>
@@ -224,6 +225,47 @@ TYPED_TEST(RopeTyped, BackwardInvertsForwardAndInPlaceMatchesBitwise) {
   out.fill(Scalar(NAN));
   apply_rope_into(x.view(), out.view(), 5, table);
   EXPECT_TENSOR_EQ(out, y);
+}
+
+// ---- the growing table (docs/reliability.md row 131) --------------------------------------------
+
+TEST(GrowingRotaryTable, HoldsWhatIsAskedNotTheLimitAndMatchesTheFullTableBitForBit) {
+  // A limit of 2³¹ − 1 positions (a context read from a file) allocates nothing up front; a full
+  // RotaryTable of it would be 2³¹ · 4 · 2 doubles, and 10⁸ of them took 6.1 GB.
+  const GrowingRotaryTable<double> growing(8, 2147483647, 5e5);
+  EXPECT_EQ(growing.positions(), 0);
+  EXPECT_EQ(growing.limit(), 2147483647);
+  const RotaryTable<double> full(8, 40, 5e5);
+  const auto first = growing.covering(5);
+  EXPECT_EQ(first->max_positions(), 5);
+  // One more position doubles (decoding token by token recomputes O(length) entries in all);
+  // fewer returns the table held.
+  const auto second = growing.covering(6);
+  EXPECT_EQ(second->max_positions(), 10);
+  EXPECT_EQ(growing.covering(3), second);
+  const auto third = growing.covering(33);
+  EXPECT_EQ(third->max_positions(), 33);  // past twice the last: exactly what is asked
+  EXPECT_EQ(growing.positions(), 33);
+  // Every entry is the full table's, bit for bit, and a table handed out earlier stays valid.
+  for (const auto& table : {first, second, third}) {
+    for (index_t p = 0; p < table->max_positions(); ++p) {
+      for (index_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(table->cos()(p, i), full.cos()(p, i));
+        EXPECT_EQ(table->sin()(p, i), full.sin()(p, i));
+      }
+    }
+  }
+  // Copies share what is built; the limit caps the doubling.
+  const GrowingRotaryTable<double> copy = growing;
+  EXPECT_EQ(copy.covering(20), third);
+  const GrowingRotaryTable<float> capped(8, 12);
+  EXPECT_EQ(capped.covering(7)->max_positions(), 7);
+  EXPECT_EQ(capped.covering(8)->max_positions(), 12);
+  EXPECT_THROW_WITH(capped.covering(13), Error,
+                    "GrowingRotaryTable::covering: 13 positions are beyond the limit of 12");
+  EXPECT_THROW_WITH(GrowingRotaryTable<float>(7, 12), ConfigError, "head_dim must be even");
+  EXPECT_THROW_WITH(GrowingRotaryTable<float>(8, -1), ConfigError,
+                    "GrowingRotaryTable: limit must be >= 0 (got -1)");
 }
 
 // ---- bad input ----------------------------------------------------------------------------------

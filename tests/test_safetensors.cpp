@@ -513,6 +513,28 @@ TEST_F(SafetensorsTest, CorruptEntryNotAnObject) {
                               "tensor \"w\" is an array, not an object");
 }
 
+TEST_F(SafetensorsTest, CorruptEmptyOrNulTensorName) {  // row 134
+  // An empty name names no parameter; a NUL ends the name for every C reader ("a\0b" is "a"),
+  // so two readers of one file would see two different names. Both refused, the NUL shown.
+  expect_refused<FormatError>(
+      safetensors_bytes(R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", zeros(4)),
+      ": a tensor has an empty name");
+  expect_refused<FormatError>(
+      safetensors_bytes(R"({"a\u0000b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                        zeros(4)),
+      ": tensor \"a\\u0000b\" has a NUL byte in its name (at byte 1)");
+  // What a reader refuses is not written.
+  const std::vector<float> values{1, 2};
+  const auto path = directory_ / "names.safetensors";
+  EXPECT_THROW_WITH(save_safetensors(path, std::vector<SaveEntry>{{"", {2}, std::span(values)}}),
+                    FormatError, "save_safetensors: a tensor has an empty name");
+  EXPECT_THROW_WITH(
+      save_safetensors(path,
+                       std::vector<SaveEntry>{{std::string("w\0x", 3), {2}, std::span(values)}}),
+      FormatError, "save_safetensors: tensor \"w\\u0000x\" has a NUL byte in its name");
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
 TEST_F(SafetensorsTest, CorruptEntryMissingAField) {
   expect_refused<FormatError>(
       safetensors_bytes(R"({"w":{"shape":[1],"data_offsets":[0,4]}})", zeros(4)),

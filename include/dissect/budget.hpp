@@ -103,6 +103,10 @@ struct MemoryFit {
 /// ModelSize::parameters_read).
 struct DecodeTime {
   index_t batch = 0;
+  /// batch · kv_bytes_per_sequence: the full KV caches the worst step also reads. Exact, so a
+  /// batch whose caches leave int64 (10¹⁸ sequences of 1 GB) is an OverflowError naming the
+  /// batch, not a time computed from bytes no device holds.
+  index_t kv_bytes_read = 0;
   double ms_per_step = 0.0;          ///< weights read / bandwidth
   double ms_per_token = 0.0;         ///< ms_per_step / batch
   double ms_per_step_with_kv = 0.0;  ///< also reading batch full-context KV caches: the worst step
@@ -183,7 +187,8 @@ index_t kv_cache_bytes(index_t n_layers, index_t context, index_t n_kv_heads, in
 /// which parameters are matrix weights, so the linear FLOPs take W = parameters: 2 · parameters
 /// · T, as if every parameter met every token once. That overcounts the embedding tables, biases
 /// and norms (about 1 % for GPT-2 small, 2 % for LLaMA-7B) and is exact when they are negligible.
-/// @throws ConfigError naming the field for invalid inputs; OverflowError if a total overflows.
+/// @throws ConfigError naming the field for invalid inputs; OverflowError if a total overflows
+///         (the batch's KV caches among them: it names the batch).
 Budget compute_budget(const ModelSize& model, const BudgetInputs& inputs);
 
 /// The same for a configuration: its exact parameter count, and the exact W of forward_shape.
@@ -384,9 +389,12 @@ inline Budget compute_budget(const ModelSize& model, const ForwardShape& forward
                                 static_cast<double>(model.parameters);
     decode.ms_per_step = milliseconds(weights_read, *inputs.bandwidth);
     decode.ms_per_token = decode.ms_per_step / static_cast<double>(decode.batch);
-    const double kv_read =
-        static_cast<double>(decode.batch) * static_cast<double>(budget.kv_bytes_per_sequence);
-    decode.ms_per_step_with_kv = milliseconds(weights_read + kv_read, *inputs.bandwidth);
+    decode.kv_bytes_read = checked_mul(
+        decode.batch, budget.kv_bytes_per_sequence,
+        detail::concat("budget: batch ", decode.batch,
+                       ": the KV caches one decode step reads (batch · kv_bytes_per_sequence)"));
+    decode.ms_per_step_with_kv =
+        milliseconds(weights_read + static_cast<double>(decode.kv_bytes_read), *inputs.bandwidth);
     budget.decode = decode;
   }
   if (inputs.peak_flops) {

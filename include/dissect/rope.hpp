@@ -6,11 +6,17 @@
 // RotaryTable computes cos and sin once for d_k and a number of positions; apply_rope and
 // rope_backward then only multiply and add. A rotation is orthogonal, so the backward pass is the
 // inverse rotation, dx = R(−p·θ)·dy. There are no parameters: RoPE is a function, not a module.
+// GrowingRotaryTable is a model's: it holds the positions its forwards have needed so far, not
+// the whole context, so a context of 2³¹ − 1 positions costs nothing until a sequence uses it.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <mutex>
 #include <ostream>
 #include <type_traits>
+#include <utility>
 
 #include "dissect/config.hpp"
 #include "dissect/error.hpp"
@@ -57,6 +63,52 @@ class RotaryTable {
   double theta_;
   Tensor<Scalar, 2> cos_;
   Tensor<Scalar, 2> sin_;
+};
+
+/// A model's RoPE table, sized by what its forwards need rather than by its context: covering(n)
+/// returns a RotaryTable of at least n positions (grown to max(n, twice the last) — so decoding
+/// one token at a time recomputes O(final length) entries in all — and never past `limit`, the
+/// context). Its entries are RotaryTable's bit for bit: cos and sin of position p do not depend
+/// on how many positions the table holds. A table once built is immutable and shared: a forward
+/// keeps the one it was given while another call grows a successor, so const forwards may run
+/// concurrently (a mutex guards only the swap); copies share the tables built so far.
+template <class Scalar>
+class GrowingRotaryTable {
+ public:
+  /// Holds nothing until asked. @throws ConfigError as RotaryTable (head_dim, theta), or if
+  ///         limit is negative.
+  GrowingRotaryTable(index_t head_dim, index_t limit, double theta = default_rope_theta);
+  GrowingRotaryTable(const GrowingRotaryTable& other) : GrowingRotaryTable(other, other.lock()) {}
+  GrowingRotaryTable& operator=(const GrowingRotaryTable& other);
+
+  index_t head_dim() const { return head_dim_; }
+  double theta() const { return theta_; }
+  /// The most positions it will ever hold (the model's context).
+  index_t limit() const { return limit_; }
+  /// Positions the current table holds: 0 until a forward asks.
+  index_t positions() const {
+    std::lock_guard guard(mutex_);
+    return table_->max_positions();
+  }
+
+  /// A table of positions [0, n) at least. @throws Error if n > limit() (a model's forward
+  ///         refuses such positions against its context first); ConfigError if n < 0.
+  std::shared_ptr<const RotaryTable<Scalar>> covering(index_t n) const;
+
+ private:
+  GrowingRotaryTable(const GrowingRotaryTable& other,
+                     [[maybe_unused]] std::unique_lock<std::mutex> held)
+      : head_dim_(other.head_dim_),
+        limit_(other.limit_),
+        theta_(other.theta_),
+        table_(other.table_) {}
+  std::unique_lock<std::mutex> lock() const { return std::unique_lock(mutex_); }
+
+  index_t head_dim_;
+  index_t limit_;
+  double theta_;
+  mutable std::mutex mutex_;
+  mutable std::shared_ptr<const RotaryTable<Scalar>> table_;
 };
 
 /// x: [B, H, T, d_k] → y: [B, H, T, d_k], the head vector at [b, h, t] rotated to position
@@ -118,6 +170,53 @@ RotaryTable<Scalar>::RotaryTable(index_t head_dim, index_t max_positions, double
       sin_(p, i) = static_cast<Scalar>(std::sin(angle));
     }
   }
+}
+
+template <class Scalar>
+GrowingRotaryTable<Scalar>::GrowingRotaryTable(index_t head_dim, index_t limit, double theta)
+    : head_dim_(head_dim),
+      limit_(limit),
+      theta_(theta),
+      table_(std::make_shared<RotaryTable<Scalar>>(head_dim, 0, theta)) {  // checks both
+  if (limit < 0) {
+    throw ConfigError(detail::concat("GrowingRotaryTable: limit must be >= 0 (got ", limit, ")"));
+  }
+}
+
+template <class Scalar>
+GrowingRotaryTable<Scalar>& GrowingRotaryTable<Scalar>::operator=(const GrowingRotaryTable& other) {
+  if (this == &other) return *this;
+  std::shared_ptr<const RotaryTable<Scalar>> table;
+  {
+    const auto held = other.lock();
+    table = other.table_;
+  }
+  std::lock_guard guard(mutex_);
+  head_dim_ = other.head_dim_;
+  limit_ = other.limit_;
+  theta_ = other.theta_;
+  table_ = std::move(table);
+  return *this;
+}
+
+template <class Scalar>
+std::shared_ptr<const RotaryTable<Scalar>> GrowingRotaryTable<Scalar>::covering(index_t n) const {
+  if (n < 0) {
+    throw ConfigError(detail::concat("GrowingRotaryTable::covering: n must be >= 0 (got ", n, ")"));
+  }
+  if (n > limit_) {
+    throw Error(detail::concat("GrowingRotaryTable::covering: ", n,
+                               " positions are beyond the limit of ", limit_));
+  }
+  std::lock_guard guard(mutex_);
+  const index_t held = table_->max_positions();
+  if (held < n) {
+    // Doubling bounds the work of a sequence decoded one token at a time to O(its length); the
+    // table it replaces lives on while a forward still holds it.
+    const index_t grown = held > limit_ / 2 ? limit_ : std::max(n, 2 * held);
+    table_ = std::make_shared<RotaryTable<Scalar>>(head_dim_, grown, theta_);
+  }
+  return table_;
 }
 
 namespace detail {

@@ -132,8 +132,10 @@ struct MoeRoute {
 /// A sparse mixture of E experts, each token sent to k of them (Mixtral's SparseMoeBlock,
 /// Switch's FFN layer): y_t = Σ_j g_{t,j}·expert_{e(t,j)}(x_t) over the kept assignments of
 /// token t, summed in the order j = 0 … k − 1; a dropped assignment adds 0 (no residual here: the
-/// decoder layer adds x). Top-k picks the largest scores, ties to the lowest expert index as
-/// torch.topk on the CPU; softmax_of_top_k ranks the logits, top_k_of_softmax the probabilities.
+/// decoder layer adds x). Top-k picks the largest scores, ties to the lowest expert index — a rule
+/// of dissect's own: torch.topk leaves the order of ties unspecified (on the CPU it gives [6, 5]
+/// for two of eight equal scores), so tied routings need not match torch's; softmax_of_top_k
+/// ranks the logits, top_k_of_softmax the probabilities.
 ///
 /// State-dict names: "router.weight" [E, D] (Hugging Face's "block_sparse_moe.gate.weight") and
 /// "experts.<e>.gate.weight", "…up.weight", "…down.weight" (HF's w1, w3, w2).

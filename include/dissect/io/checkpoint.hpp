@@ -36,7 +36,8 @@ class Checkpoint {
   /// @throws Error naming the directory if it holds none of these or several; Error or
   ///         FormatError from SafetensorsFile naming a shard; FormatError naming the index if
   ///         it is not valid JSON, has no "weight_map" object, names a shard by anything but a
-  ///         file name beside it, or puts a tensor in a shard that lacks it.
+  ///         file name beside it (a NUL byte included), puts a tensor in a shard that lacks
+  ///         it, or leaves out a tensor a shard holds.
   explicit Checkpoint(const std::filesystem::path& path);
 
   /// The file opened: the .safetensors or the index (a directory resolved to one of them).
@@ -157,10 +158,11 @@ inline void Checkpoint::open_index() {
           detail::concat(at, " is ", detail::describe_json(shard), ", not a file name"));
     }
     const std::string file_name = shard.get<std::string>();
+    // A NUL ends the name for the system: "model.safetensors\0x" would open model.safetensors.
     if (file_name.empty() || file_name == "." || file_name == ".." ||
-        file_name.find('/') != std::string::npos) {
-      throw FormatError(
-          detail::concat(at, " names \"", file_name, "\", not a file beside the index"));
+        file_name.find('/') != std::string::npos || file_name.find('\0') != std::string::npos) {
+      throw FormatError(detail::concat(at, " names ", detail::quoted_name(file_name),
+                                       ", not a file beside the index"));
     }
     wanted[file_name].push_back(name);
   }
@@ -173,6 +175,22 @@ inline void Checkpoint::open_index() {
                                          shard.path().string(), ", which has no such tensor"));
       }
       shard_index_.insert_or_assign(name, shards_.size() - 1);
+    }
+    // The converse: a tensor of the shard the index does not put there. transformers loads
+    // every tensor of every shard, so it would be part of the model there and silently absent
+    // here (or, if the index puts its name in another shard, one of two copies).
+    if (shard.tensors().size() != names.size()) {
+      for (const TensorInfo& tensor : shard.tensors()) {
+        const auto listed = weight_map->find(tensor.name);
+        if (listed == weight_map->end() || listed->get<std::string>() != file_name) {
+          throw FormatError(detail::concat(
+              where, ": ", shard.path().string(), " holds ", detail::quoted_name(tensor.name),
+              listed == weight_map->end()
+                  ? ", which the index's weight_map does not list"
+                  : detail::concat(", which the index's weight_map puts in ",
+                                   listed->get<std::string>())));
+        }
+      }
     }
   }
 }

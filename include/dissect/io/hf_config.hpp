@@ -13,8 +13,10 @@
 // it loads into a LlamaModel, which honours TransformerConfig::sliding_window; a LLaMA saved with
 // a window is written back as "mistral". A llama config.json's sliding_window, a key LlamaConfig
 // does not have, is ignored, as transformers ignores it. A setting dissect's models do not
-// implement (another activation, RoPE scaling, biases on attention but not the MLP) is a
-// ConfigError naming the key, never a silently different model.
+// implement (another activation, RoPE scaling, biases on attention but not the MLP — mlp_bias is
+// false when absent, as in LlamaConfig) is a ConfigError naming the key, never a silently
+// different model; Mistral and Mixtral have no biases, so their files' bias keys are ignored, as
+// transformers ignores them. A size beyond int64 is refused with the file's own number.
 //
 // GPT-2's two attention switches become TransformerConfig::score_scaling, as GPT2Attention applies
 // them: scale_attn_weights: false → scale 1 (no 1/√d_k), scale_attn_by_inverse_layer_idx: true →
@@ -28,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -129,6 +132,12 @@ class ConfigReader {
   index_t count(const char* key) const {
     const auto& value = at(key);
     if (!value.is_number_integer()) fail(key, "must be a whole number", value);
+    // nlohmann keeps integers above INT64_MAX as unsigned; read as int64 they would wrap
+    // (2⁶⁴ − 1 to −1) and be refused as a size that is not > 0, naming a value the file lacks.
+    constexpr auto largest = static_cast<std::uint64_t>(std::numeric_limits<index_t>::max());
+    if (value.is_number_unsigned() && value.get<std::uint64_t>() > largest) {
+      fail(key, "is beyond int64, the largest size dissect represents", value);
+    }
     return value.get<index_t>();
   }
   std::optional<index_t> optional_count(const char* key) const {
@@ -247,7 +256,29 @@ inline TransformerConfig gpt2_from(const ConfigReader& r) {
   return c;
 }
 
-inline TransformerConfig llama_from(const ConfigReader& r) {
+/// LlamaConfig's attention_bias (q, k, v and o_proj) and mlp_bias (gate, up and down_proj), both
+/// false when absent. dissect's models bias every linear layer or none (TransformerConfig::bias),
+/// so the two must agree: attention_bias alone would load an MLP with biases the file's model
+/// does not have. MistralConfig and MixtralConfig have neither key (their layers are built with
+/// bias=False whatever the file says), so their files are not asked.
+inline bool llama_bias(const ConfigReader& r) {
+  const bool attention = r.flag("attention_bias", false), mlp = r.flag("mlp_bias", false);
+  if (attention != mlp) {
+    // Named: the key the file sets; mlp_bias when it sets both.
+    const bool explicit_mlp = r.has("mlp_bias");
+    const char* key = explicit_mlp ? "mlp_bias" : "attention_bias";
+    r.fail(key,
+           dissect::detail::concat("disagrees with ", explicit_mlp ? "attention_bias" : "mlp_bias",
+                                   " (attention_bias = ", attention ? "true" : "false",
+                                   ", mlp_bias = ", mlp ? "true" : "false",
+                                   explicit_mlp ? "" : ", LlamaConfig's default",
+                                   "): dissect's models bias every linear layer or none"),
+           r.value(key));
+  }
+  return attention;
+}
+
+inline TransformerConfig llama_from(const ConfigReader& r, bool biases = true) {
   TransformerConfig c = read_sizes(r, llama_size_keys);
   c.norm_eps = r.number("rms_norm_eps", 1e-6);
   c.rope_theta = r.number("rope_theta", 10000.0);
@@ -255,10 +286,7 @@ inline TransformerConfig llama_from(const ConfigReader& r) {
   c.positions = Positions::rotary;
   c.norm = Norm::rms_norm;
   c.ffn = Ffn::gated;
-  c.bias = r.flag("attention_bias", false);
-  if (r.flag("mlp_bias", c.bias) != c.bias) {
-    r.fail("mlp_bias", "must equal attention_bias in dissect's models", r.value("mlp_bias"));
-  }
+  c.bias = biases && llama_bias(r);
   r.require_text("hidden_act", {"silu"}, "silu");
   if (r.has("rope_scaling")) {
     r.fail("rope_scaling", "is not supported (plain RoPE only)", r.value("rope_scaling"));
@@ -269,7 +297,7 @@ inline TransformerConfig llama_from(const ConfigReader& r) {
 }
 
 inline TransformerConfig mixtral_from(const ConfigReader& r) {
-  TransformerConfig c = llama_from(r);
+  TransformerConfig c = llama_from(r, /*biases=*/false);
   c.norm_eps = r.number("rms_norm_eps", 1e-5);  // MixtralConfig's default
   c.rope_theta = r.number("rope_theta", 1e6);
   c.n_experts = r.count("num_local_experts");
@@ -281,7 +309,8 @@ inline TransformerConfig mixtral_from(const ConfigReader& r) {
 }
 
 inline TransformerConfig mistral_from(const ConfigReader& r) {
-  TransformerConfig c = llama_from(r);  // MistralConfig's other defaults are LlamaConfig's
+  // MistralConfig's other defaults are LlamaConfig's; it has no bias keys.
+  TransformerConfig c = llama_from(r, /*biases=*/false);
   // MistralConfig: sliding_window = 4096 when the key is absent; an explicit null turns it off.
   c.sliding_window = r.present("sliding_window") ? r.optional_count("sliding_window")
                                                  : std::optional<index_t>(4096);

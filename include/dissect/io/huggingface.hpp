@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -33,8 +34,10 @@ class HfCheckpointView {
  public:
   /// Maps every tensor of `checkpoint` (which must outlive the view) for the model `config`
   /// describes (its family; its tied head, whose lm_head.weight copy is hidden).
-  /// @throws FormatError naming the tensor if a projection is not a matrix, a stacked qkv's
-  ///         parts disagree in width or dtype, or two of the file's names are one of dissect's
+  /// @throws FormatError naming the tensor if a tied head's copy of the embedding (lm_head.weight
+  ///         when tie_word_embeddings) has another shape than the embedding, a projection is not
+  ///         a matrix, a stacked qkv's parts disagree in width or dtype, or two of the file's
+  ///         names are one of dissect's
   ///         (h.0.ln_1.weight and transformer.h.0.ln_1.weight: which would it load?);
   ///         ConfigError naming the tensor and the config's keys if q_proj, k_proj or v_proj
   ///         alone has other rows than the config gives it (their stacked total alone would not
@@ -141,10 +144,14 @@ inline HfCheckpointView::HfCheckpointView(const Checkpoint& checkpoint, const Hf
   const ModelFamily family = config.family;
   // Stacked qkv parts by dissect name: slot 0, 1, 2 for q, k, v.
   std::map<std::string, std::array<std::string, 3>> stacks;
+  std::string tied_head;  // the file's name for a tied head's copy, if it holds one
   for (const std::string& name : checkpoint.tensor_names()) {
     // Buffers and a tied head's copy of the embedding are hidden (hf_names.hpp).
     const auto mapped = hf_to_dissect_name(family, name, config.config.tied_embeddings);
-    if (!mapped) continue;
+    if (!mapped) {
+      if (!is_hf_buffer(family, strip_hf_prefix(family, name))) tied_head = name;
+      continue;
+    }
     if (mapped->qkv_part < 0) {
       add(mapped->name, {Part{name, mapped->transpose, 0}});
     } else {
@@ -169,6 +176,20 @@ inline HfCheckpointView::HfCheckpointView(const Checkpoint& checkpoint, const Hf
       add(name, std::move(parts));
     } else {
       for (const Part& part : parts) add(part.name, {part});
+    }
+  }
+  // A tied head's copy is hidden, not read: it must at least be a copy of the embedding's shape,
+  // or the file describes another model than the one loaded (transformers would refuse it as a
+  // size mismatch of lm_head.weight).
+  const std::string embedding = std::string(style_of(family).token_embedding) + ".weight";
+  if (const auto found = tensors_.find(embedding); !tied_head.empty() && found != tensors_.end()) {
+    const auto& head_shape = checkpoint.info(tied_head).shape;
+    const auto& table = found->second;
+    if (head_shape != table.info.shape) {
+      throw FormatError(dissect::detail::concat(
+          path().string(), ": ", tied_head, " ", format_shape(std::span<const index_t>(head_shape)),
+          " is the tied head (tie_word_embeddings), a copy of ", table.parts.front().name, " ",
+          format_shape(std::span<const index_t>(table.info.shape)), ", but their shapes differ"));
     }
   }
 }

@@ -176,6 +176,7 @@ struct SaveEntry {
 /// bits; on any failure the temporary is removed and an existing file stays as it was.
 /// Everything is checked before the file is created.
 /// @throws ShapeError if an entry's values do not fill its shape (or a dim is negative);
+///         FormatError for an empty name or one holding a NUL byte (no reader could name it);
 ///         Error for a repeated or reserved name, a string that is not UTF-8, or an I/O failure
 ///         (naming the path and errno's text); ConfigError for a dtype outside SaveDtype.
 void save_safetensors(const std::filesystem::path& path, std::span<const SaveEntry> entries,
@@ -184,6 +185,26 @@ void save_safetensors(const std::filesystem::path& path, std::span<const SaveEnt
 // ---- implementation: reading --------------------------------------------------------------------
 
 namespace detail {
+
+/// A tensor name as JSON writes it, quoted and escaped ("a\u0000b"): a NUL or a control byte
+/// is shown, never printed raw into a message.
+inline std::string quoted_name(std::string_view name) {
+  return nlohmann::json(std::string(name))
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+/// Refuses a tensor name that names nothing: empty, or holding a NUL byte (C strings, and so
+/// file systems and many readers, end it there: "a\0b" would be read as "a"). `where` names the
+/// file or the operation. @throws FormatError.
+inline void check_tensor_name(std::string_view name, std::string_view where) {
+  if (name.empty()) {
+    throw FormatError(concat(where, ": a tensor has an empty name"));
+  }
+  if (name.find('\0') != std::string_view::npos) {
+    throw FormatError(concat(where, ": tensor ", quoted_name(name),
+                             " has a NUL byte in its name (at byte ", name.find('\0'), ")"));
+  }
+}
 
 /// Every name `index` holds, sorted.
 inline std::vector<std::string> names_of(const TensorIndex& index) {
@@ -394,6 +415,8 @@ inline void save_safetensors(const std::filesystem::path& path, std::span<const 
   for (const SaveEntry& entry : entries) {
     const std::string at = detail::concat("save_safetensors: tensor \"", entry.name, "\"");
     if (entry.name == "__metadata__") throw Error(detail::concat(at, ": the name is reserved"));
+    // What a reader refuses is not written: an empty name, or one a C string would cut short.
+    detail::check_tensor_name(entry.name, "save_safetensors");
     if (!by_name.emplace(entry.name, &entry).second)
       throw Error(detail::concat(at, " appears twice"));
     detail::require_utf8(entry.name, detail::concat("the name of tensor \"", entry.name, "\""));

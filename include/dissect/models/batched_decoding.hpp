@@ -11,6 +11,7 @@
 // its tokens are generate()'s for the same options.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <span>
@@ -35,7 +36,7 @@ struct BatchRequest {
 };
 
 struct BatchedDecodingOptions {
-  index_t slots = 4;           ///< sequences decoded together at most (B)
+  index_t slots = 4;  ///< sequences decoded together at most (B; no more than the requests)
   bool share_prefixes = true;  ///< take the full blocks of a common prompt prefix (prompt cache)
 };
 
@@ -121,7 +122,10 @@ BatchedDecodingResult batched_generate(const Model& model,
     SamplingScratch scratch;
     std::vector<index_t> history;  // prompt, then the new tokens (the penalties read it)
   };
-  std::vector<std::optional<Slot>> slots(static_cast<std::size_t>(options.slots));
+  // No more slots than requests: each slot's state is allocated up front, and a slot without a
+  // request to hold would be memory for nothing (slots = 2⁴⁰ for one request is one slot).
+  std::vector<std::optional<Slot>> slots(
+      std::min(static_cast<std::size_t>(options.slots), requests.size()));
   // The step's rows, reserved once: a decode step allocates nothing here.
   std::vector<index_t> step_tokens, step_sequences;
   std::vector<std::size_t> step_slots;

@@ -42,6 +42,7 @@
 #include "dissect/error.hpp"
 #include "dissect/loss.hpp"
 #include "dissect/models/decoder_model.hpp"
+#include "dissect/models/generate.hpp"
 
 namespace dissect {
 
@@ -150,7 +151,8 @@ BeamSearchResult beam_search(const Model& model, std::span<const index_t> prompt
   std::vector<index_t> ids;
   ids.reserve(static_cast<std::size_t>(beams * length));
   for (index_t b = 0; b < beams; ++b) ids.insert(ids.end(), prompt.begin(), prompt.end());
-  auto cache = model.make_kv_cache(beams);
+  // Sized by the request (the prompt and every new token but the last), not by the context.
+  auto cache = model.make_kv_cache(beams, detail::generation_positions(context, length, wanted));
   auto logits = model.forward(TokenBatch{ids, beams, length}, cache);
 
   std::vector<index_t> order(static_cast<std::size_t>(beams * vocab));

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -77,6 +78,10 @@ class DecoderModel : public ComposedModule<DecoderModel<Scalar, Style>> {
   const Embedding<Scalar>& position_embedding() const;
   Stack<Layer>& layers() { return layers_; }
   const Stack<Layer>& layers() const { return layers_; }
+  /// Positions the RoPE table holds now (0 for learned positions): it grows with the longest
+  /// forward so far, never past the context, so a context that is merely large costs nothing
+  /// until a sequence reaches it (GrowingRotaryTable).
+  index_t rope_positions() const { return rope_ ? rope_->positions() : 0; }
   NormType& final_norm() { return final_norm_; }
   const NormType& final_norm() const { return final_norm_; }
   /// The head's weight [V, D] and its gradient: the token embedding's own when tied.
@@ -183,7 +188,11 @@ class DecoderModel : public ComposedModule<DecoderModel<Scalar, Style>> {
   Tensor<Scalar, 3> embed(const TokenBatch& tokens, index_t offset) const;
   /// norm_f(x)·W_headᵀ: [B, T, V].
   Tensor<Scalar, 3> logits_of(ConstTensorView<Scalar, 3> normed, ShapeTrace* trace) const;
-  const RotaryTable<Scalar>* rope() const { return rope_ ? &*rope_ : nullptr; }
+  /// The RoPE table for positions [0, end) (null for learned positions); `end` is within the
+  /// context, which check_tokens has checked.
+  std::shared_ptr<const RotaryTable<Scalar>> rope_for(index_t end) const {
+    return rope_ ? rope_->covering(end) : nullptr;
+  }
   void initialise(const ModelOptions& options, std::uint64_t seed);
 
   TransformerConfig config_;
@@ -192,7 +201,7 @@ class DecoderModel : public ComposedModule<DecoderModel<Scalar, Style>> {
   Stack<Layer> layers_;
   NormType final_norm_;
   std::optional<Linear<Scalar>> head_;
-  std::optional<RotaryTable<Scalar>> rope_;
+  std::optional<GrowingRotaryTable<Scalar>> rope_;
 };
 
 /// GPT-2: wte, wpe, h.N, ln_f, head tied to wte (unless the config unties it).
@@ -336,8 +345,9 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens, ShapeT
   auto x = embed(tokens, 0);
   detail::trace_stage(trace, stage::token_ids, Shape<2>{tokens.batch, tokens.seq});
   detail::trace_stage(trace, stage::embedding, x.shape());
+  const auto rope = rope_for(tokens.seq);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    x = layers_.at(i).infer(x, rope(), nullptr, 0, i == 0 ? trace : nullptr);
+    x = layers_.at(i).infer(x, rope.get(), nullptr, 0, i == 0 ? trace : nullptr);
   }
   return logits_of(final_norm_.forward(x), trace);
 }
@@ -349,8 +359,9 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens,
   kv.check_step(op, config_, tokens.batch, tokens.seq);
   check_tokens(op, tokens, kv.length());
   auto x = embed(tokens, kv.length());  // the last check: every id in range
+  const auto rope = rope_for(kv.length() + tokens.seq);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    x = layers_.at(i).infer(x, rope(), &kv, static_cast<index_t>(i));
+    x = layers_.at(i).infer(x, rope.get(), &kv, static_cast<index_t>(i));
   }
   kv.advance(tokens.seq);
   return logits_of(final_norm_.forward(x), nullptr);
@@ -363,8 +374,9 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward_last(TokenBatch tokens,
   kv.check_step(op, config_, tokens.batch, tokens.seq);
   check_tokens(op, tokens, kv.length());
   auto x = embed(tokens, kv.length());  // the last check: every id in range
+  const auto rope = rope_for(kv.length() + tokens.seq);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    x = layers_.at(i).infer(x, rope(), &kv, static_cast<index_t>(i));
+    x = layers_.at(i).infer(x, rope.get(), &kv, static_cast<index_t>(i));
   }
   kv.advance(tokens.seq);
   if (tokens.seq == 1) return logits_of(final_norm_.forward(x), nullptr);
@@ -384,8 +396,9 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens,
   kv.check_step(op, config_, tokens.batch, tokens.seq);
   check_tokens(op, tokens, kv.length());
   auto x = embed(tokens, kv.length());  // the last check: every id in range
+  const auto rope = rope_for(kv.length() + tokens.seq);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    x = layers_.at(i).infer(x, rope(), kv, static_cast<index_t>(i));
+    x = layers_.at(i).infer(x, rope.get(), kv, static_cast<index_t>(i));
   }
   kv.advance(tokens.seq);
   return logits_of(final_norm_.forward(x), nullptr);
@@ -412,9 +425,12 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens, PagedK
           table.cview().matrix();
     }
   }
+  index_t end = 0;  // the furthest position any row reaches
+  for (index_t id : sequences) end = std::max(end, kv.length(id) + tokens.seq);
+  const auto rope = rope_for(end);
   kv.reserve(sequences, tokens.seq);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    x = layers_.at(i).infer(x, rope(), kv, sequences, static_cast<index_t>(i));
+    x = layers_.at(i).infer(x, rope.get(), kv, sequences, static_cast<index_t>(i));
   }
   kv.advance(sequences, tokens);
   return logits_of(final_norm_.forward(x), nullptr);
@@ -430,8 +446,10 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens, Cache&
   cache.outputs.resize(layers_.size());
   cache.layers.resize(layers_.size());
   ConstTensorView<Scalar, 3> x = cache.embedded;
+  const auto rope = rope_for(tokens.seq);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    cache.outputs[i] = layers_.at(i).forward(x, cache.layers[i], rope(), i == 0 ? trace : nullptr);
+    cache.outputs[i] =
+        layers_.at(i).forward(x, cache.layers[i], rope.get(), i == 0 ? trace : nullptr);
     x = cache.outputs[i];
   }
   cache.normed = final_norm_.forward(x, cache.final_norm);
@@ -470,9 +488,10 @@ void DecoderModel<Scalar, Style>::backward(TokenBatch tokens, Cache& cache,
                             head_weight_grad().matrix(), std::nullopt);
   }
   auto dx = final_norm_.backward(cache.outputs.back(), cache.final_norm, d_normed);
+  const auto rope = rope_for(tokens.seq);
   for (std::size_t i = layers_.size(); i-- > 0;) {
     const ConstTensorView<Scalar, 3> input = i == 0 ? cache.embedded : cache.outputs[i - 1];
-    dx = layers_.at(i).backward(input, cache.layers[i], dx, rope());
+    dx = layers_.at(i).backward(input, cache.layers[i], dx, rope.get());
   }
   embedding_.backward(tokens, dx);
   if (positions_) positions_->backward_positions(dx, 0);

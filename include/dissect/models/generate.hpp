@@ -8,6 +8,7 @@
 // of weights read per token.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -32,8 +33,11 @@ struct GenerationStats {
   index_t prompt_tokens = 0;
   index_t new_tokens = 0;
   bool stopped_at_context = false;  ///< fewer than max_new_tokens: the context was full
-  double prefill_seconds = 0;       ///< the prompt's forward and the first draw
-  double decode_seconds = 0;        ///< every later step
+  /// Positions the KV cache was built for: the prompt and max_new_tokens − 1, capped by the
+  /// context (the request, not the context, sizes it).
+  index_t kv_cache_positions = 0;
+  double prefill_seconds = 0;  ///< the prompt's forward and the first draw
+  double decode_seconds = 0;   ///< every later step
 
   double prefill_tokens_per_second() const { return rate(prompt_tokens, prefill_seconds); }
   /// Tokens decoded after the first, per second.
@@ -46,6 +50,22 @@ struct GenerationStats {
     return seconds > 0 ? static_cast<double>(tokens) / seconds : 0;
   }
 };
+
+namespace detail {
+
+/// The KV-cache positions a generation of up to `max_new_tokens` after a prompt of `prompt`
+/// tokens feeds a model of `context` positions: the prompt and every new token but the last
+/// (which is only returned), never past the context. The cache is sized by this, the request,
+/// not by the context: a model whose context is 2³¹ − 1 generates 8 tokens in the memory of 8.
+/// At least 1, so a cache can be built before a bad prompt is refused by name.
+inline index_t generation_positions(index_t context, index_t prompt, index_t max_new_tokens) {
+  if (prompt <= 0 || context <= 0) return 1;
+  if (prompt >= context) return context;
+  // prompt + max_new_tokens − 1 without overflow, capped by the context.
+  return prompt + std::clamp<index_t>(max_new_tokens - 1, 0, context - prompt);
+}
+
+}  // namespace detail
 
 /// Continues `prompt` (one sequence of ids) by up to max_new_tokens, calling on_token(id) as
 /// each is chosen (to stream it). Stops early, and says so, when the model's context is full.
@@ -72,7 +92,9 @@ GenerationStats generate(const Model& model, std::span<const index_t> prompt,
   stats.prompt_tokens = length;
   const index_t wanted = std::min(options.max_new_tokens, context - length + 1);
   stats.stopped_at_context = wanted < options.max_new_tokens;
-  auto cache = model.make_kv_cache(1);
+  auto cache =
+      model.make_kv_cache(1, detail::generation_positions(context, length, options.max_new_tokens));
+  stats.kv_cache_positions = cache.capacity();
   Generator generator(options.seed);
   SamplingScratch scratch;
   // The penalties read the prompt and every token generated so far; reserved once, so a step

@@ -35,6 +35,7 @@
 #include "dissect/error.hpp"
 #include "dissect/init.hpp"
 #include "dissect/models/decoder_model.hpp"
+#include "dissect/models/generate.hpp"
 #include "dissect/sampling.hpp"
 
 namespace dissect {
@@ -226,8 +227,14 @@ SpeculativeDecoder<Target, Draft>::SpeculativeDecoder(const Target& target, cons
       vocab_(static_cast<std::size_t>(target.config().vocab)),
       prompt_length_(static_cast<index_t>(prompt.size())),
       wanted_(0),
-      target_cache_(target.make_kv_cache(1)),
-      draft_cache_(draft.make_kv_cache(1)),
+      // Each cache sized by the request, not by its model's context: the target is fed the
+      // prompt and every new token but the last; the draft never more (nor past its context).
+      target_cache_(target.make_kv_cache(
+          1, detail::generation_positions(target.config().context, prompt_length_,
+                                          options.max_new_tokens))),
+      draft_cache_(draft.make_kv_cache(
+          1, detail::generation_positions(draft.config().context, prompt_length_,
+                                          options.max_new_tokens))),
       generator_(options.seed) {
   const index_t context = target.config().context;
   if (prompt_length_ == 0 || prompt_length_ > context) {

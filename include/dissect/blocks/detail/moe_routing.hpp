@@ -2,8 +2,8 @@
 // (dissect/blocks/mixture_of_experts.hpp does).
 //
 // The per-token arithmetic of a mixture-of-experts router, on one row of logits at a time: the
-// softmax and its log-sum-exp, the top-k choice (ties to the lowest index, as torch.topk on the
-// CPU), the gates of both gatings and the gradient of each back to the logits.
+// softmax and its log-sum-exp, the top-k choice (ties to the lowest index: dissect's own rule,
+// see top_k_row), the gates of both gatings and the gradient of each back to the logits.
 #pragma once
 
 #ifndef DISSECT_PUBLIC_HEADER
@@ -25,8 +25,11 @@ template <class Scalar>
 Scalar softmax_row(const Scalar* z, index_t n, Scalar* p);
 
 /// The k largest of score[0 … n) into chosen[0 … k), largest first; among equal scores the
-/// lowest index first (torch.topk's order on the CPU). A NaN never wins a comparison, so a row of
-/// NaN picks 0, 1, …, k − 1: the choice is always k distinct indices.
+/// lowest index first. That order is dissect's own rule, chosen so a routing is reproducible:
+/// torch.topk fixes none for ties (on the CPU, topk of softmax(zeros(1, 8)) with k = 2 gives
+/// experts [6, 5], with 4 experts [2, 3]), so a tied router may pick other experts in torch.
+/// A NaN never wins a comparison, so a row of NaN picks 0, 1, …, k − 1: the choice is always k
+/// distinct indices.
 template <class Scalar>
 void top_k_row(const Scalar* score, index_t n, index_t k, index_t* chosen);
 

@@ -105,6 +105,9 @@ inline void SafetensorsFile::parse() {
 
 inline TensorInfo SafetensorsFile::parse_entry(const std::string& name,
                                                const nlohmann::json& entry) const {
+  if (name.empty() || name.find('\0') != std::string::npos) {
+    detail::check_tensor_name(name, where());
+  }
   const auto at = [&] { return detail::concat(where(), ": tensor \"", name, "\""); };
   if (!entry.is_object()) {
     throw FormatError(
