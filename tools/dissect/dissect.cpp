@@ -1,7 +1,7 @@
 // tools/dissect/dissect.cpp — the `dissect` command: take a checkpoint apart, or run it.
 //
 //   dissect inspect CHECKPOINT [--gpu-memory 24GB] [--context T] [--json]
-//   dissect inspect FILE.gguf [--json]
+//   dissect inspect FILE.gguf [--json [--full]]
 //   dissect generate CHECKPOINT|FILE.gguf (--prompt TEXT | --tokens 464,2068,…) [--ids]
 //                    [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
 //                    [--repetition-penalty R] [--frequency-penalty F] [--presence-penalty P]
@@ -14,6 +14,8 @@
 //   dissect convert CHECKPOINT OUT.gguf [--type f32|f16|bf16|q8_0|…] [--no-tokenizer]
 //   dissect tokenize --tokenizer (FILE | DIR | FILE.gguf) (--text T | --file F | --decode 1,2,3)
 //                    [--no-special] [--json]
+//   dissect template MODEL_OR_TOKENIZER --messages FILE.json [--add-generation-prompt]
+//                    [--tools FILE.json] [--template NAME] [--var KEY=VALUE]…
 //   dissect serve CHECKPOINT|FILE.gguf [--host 127.0.0.1] [--port 8080] [--threads 4] [--name N]
 //                 [--allow-remote]
 //
@@ -85,6 +87,7 @@
 #ifdef DISSECT_SERVE
 #include "tools/dissect/serve_command.hpp"
 #endif
+#include "tools/dissect/template_command.hpp"
 #include "tools/dissect/text_commands.hpp"
 
 namespace {
@@ -251,6 +254,7 @@ struct InspectOptions {
   index_t memory = 24'000'000'000;
   std::optional<index_t> context;
   bool json = false;
+  bool full = false;  ///< GGUF --json: metadata arrays whole
 };
 
 /// The parameter tensors' totals (buffers excluded), over the layers that are present.
@@ -299,7 +303,7 @@ std::string fixed(double value, int decimals) {
 
 int inspect(const InspectOptions& o) {
   if (dissect::tools::is_gguf_file(o.checkpoint)) {
-    return dissect::tools::inspect_gguf(o.checkpoint, o.json);
+    return dissect::tools::inspect_gguf(o.checkpoint, o.json, o.full);
   }
   const dissect::DetectedCheckpoint source = dissect::detect_checkpoint(o.checkpoint);
   const auto rows = tensor_rows(source.checkpoint);
@@ -648,7 +652,12 @@ int run_generation(const Model& model, const std::vector<index_t>& prompt,
   };
   // How many threads the products ran on, and what loading cost.
   const auto print_setup = [&] {
-    std::cout << "threads  " << thread_report(o.threads) << "\n"
+    std::cout << "cpu      " << dissect::cpu_model_name() << " (kernel paths:";
+    for (const auto path : dissect::supported_kernel_paths()) {
+      std::cout << " " << dissect::kernel_path_name(path);
+    }
+    std::cout << ")\n"
+              << "threads  " << thread_report(o.threads) << "\n"
               << "load     " << load_seconds << " s (the file read, the model built"
               << (packed ? " and packed" : "") << ")\n";
   };
@@ -1061,7 +1070,13 @@ int run(int argc, char** argv) {
   std::optional<std::string> context;
   inspect_command->add_option("--context", context,
                               "tokens per sequence in the KV cache (default: the model's context)");
-  inspect_command->add_flag("--json", inspect_options.json, "machine-readable output");
+  auto* inspect_json =
+      inspect_command->add_flag("--json", inspect_options.json, "machine-readable output");
+  inspect_command
+      ->add_flag("--full", inspect_options.full,
+                 "with --json, a GGUF file's metadata arrays whole (default: the first 16 "
+                 "elements and the length)")
+      ->needs(inspect_json);
 
   GenerateOptions generate_options;
   auto* generate_command =
@@ -1171,6 +1186,28 @@ int run(int argc, char** argv) {
                              "encode without BOS/EOS; decode skipping special tokens");
   tokenize_command->add_flag("--json", tokenize_options.json, "machine-readable output");
 
+  dissect::tools::TemplateOptions template_options;
+  auto* template_command = app.add_subcommand(
+      "template", "render a conversation through the model's chat template (prints it exactly)");
+  template_command
+      ->add_option("model", template_options.model,
+                   "a directory with tokenizer_config.json or chat_template.jinja, a "
+                   "tokenizer_config.json, a .jinja or a .gguf file")
+      ->required();
+  template_command
+      ->add_option("--messages", template_options.messages,
+                   "a JSON array of {role, content, ...}, or an object with \"messages\"")
+      ->required();
+  template_command->add_option("--tools", template_options.tools,
+                               "a JSON array of tool definitions");
+  template_command->add_flag("--add-generation-prompt", template_options.add_generation_prompt,
+                             "end with the assistant's turn header");
+  template_command->add_option("--template", template_options.name,
+                               "a named template of tokenizer_config.json (default: default)");
+  template_command->add_option("--var", template_options.vars,
+                               "KEY=VALUE: a template variable (VALUE as JSON, else a string), "
+                               "e.g. enable_thinking=false");
+
   QuantizeOptions quantize_options;
   auto* quantize_command = app.add_subcommand(
       "quantize", "store every linear layer's weight as bf16, int8 or q4_0 (GGUF Q4_0)");
@@ -1246,10 +1283,10 @@ int run(int argc, char** argv) {
 #endif
   if (argc > 1 && argv[1][0] != '-' && command != "inspect" && command != "generate" &&
       command != "quantize" && command != "tokenize" && command != "convert" &&
-      command != "serve") {
+      command != "serve" && command != "template") {
     std::cerr << "dissect: unknown command \"" << argv[1]
-              << "\" (commands: inspect, generate, tokenize, quantize, convert, serve; see "
-                 "dissect --help)\n";
+              << "\" (commands: inspect, generate, tokenize, template, quantize, convert, serve; "
+                 "see dissect --help)\n";
     return exit_bad_input;
   }
   try {
@@ -1273,6 +1310,7 @@ int run(int argc, char** argv) {
     if (text_file) tokenize_options.file = *text_file;
     return dissect::tools::tokenize(tokenize_options);
   }
+  if (template_command->parsed()) return dissect::tools::chat_template_command(template_options);
   if (quantize_command->parsed()) {
     const bool gguf_in = tools::is_gguf_file(quantize_options.input);
     const bool gguf_out = quantize_options.output.extension() == ".gguf";

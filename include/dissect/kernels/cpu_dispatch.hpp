@@ -11,9 +11,10 @@
 #include <array>
 #include <atomic>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
-#if defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
 #include <cpuid.h>
 #endif
 
@@ -52,6 +53,11 @@ void force_kernel_path(std::optional<KernelPath> path);
 
 /// The pinned path, if any.
 std::optional<KernelPath> forced_kernel_path();
+
+/// The CPU's model name as CPUID's brand string gives it ("AMD EPYC", "Intel(R) Xeon(R) …"),
+/// spaces trimmed; "unknown" where there is none. Speed reports name the CPU they ran on, since
+/// a kernel's speed is a property of the machine as much as of the code.
+std::string cpu_model_name();
 
 // ---- implementation -----------------------------------------------------------------------------
 
@@ -96,6 +102,25 @@ inline CpuFeatures detect_cpu() {
 inline const CpuFeatures& cpu_features() {
   static const CpuFeatures features = detect_cpu();
   return features;
+}
+
+inline std::string cpu_brand_string() {
+  std::string brand;
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+  unsigned regs[4] = {};
+  if (__get_cpuid(0x80000000u, &regs[0], &regs[1], &regs[2], &regs[3]) && regs[0] >= 0x80000004u) {
+    for (unsigned leaf = 0x80000002u; leaf <= 0x80000004u; ++leaf) {
+      __get_cpuid(leaf, &regs[0], &regs[1], &regs[2], &regs[3]);
+      for (unsigned r : regs) {
+        for (int byte = 0; byte < 4; ++byte) brand.push_back(static_cast<char>(r >> (8 * byte)));
+      }
+    }
+  }
+#endif
+  brand = brand.substr(0, brand.find('\0'));
+  const auto first = brand.find_first_not_of(' ');
+  if (first == std::string::npos) return "unknown";
+  return brand.substr(first, brand.find_last_not_of(' ') - first + 1);
 }
 
 inline KernelPath check_path(std::string_view op, KernelPath path) {
@@ -158,6 +183,11 @@ inline std::optional<KernelPath> forced_kernel_path() {
   const int raw = detail::forced_path_slot().load(std::memory_order_acquire);
   if (raw < 0) return std::nullopt;
   return static_cast<KernelPath>(raw);
+}
+
+inline std::string cpu_model_name() {
+  static const std::string name = detail::cpu_brand_string();
+  return name;
 }
 
 }  // namespace dissect
