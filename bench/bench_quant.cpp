@@ -7,7 +7,9 @@
 // int8 / q4_0, avx2 for tq2_0; avx512_bf16 for bf16 at small M, avx512 at large).
 // M = 128 (prefill) runs fp32 and bf16 only: compute-bound, the dot-product path's case.
 // GGUF's q8_0, q4_K and q6_K run on their best path (avx512_vnni: the K-quants' GEMV rows at
-// M = 1, the packed VNNI GEMM for the prefill cases) and on avx2, llama.cpp's own arithmetic.
+// M = 1, the packed VNNI GEMM for the prefill cases) and on avx2, llama.cpp's own arithmetic
+// (its register tiles from 2 rows, ggml_gemm_avx2.hpp). read/plain is the memory rate the M = 1
+// rows are measured against.
 //
 //   bench_quant --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include <cstring>
@@ -383,6 +385,26 @@ void bench_fp32(benchmark::State& state, Case c) {
   report(state, c, "Linear<float>::forward_into");
 }
 
+/// The bar for the M = 1 rows: this core's plain read rate over the same 1.1 GB of copies the
+/// GEMVs stream (one layer's bytes per iteration, the next copy each time, 64-bit words OR-ed:
+/// the compiler's own vector loop at -march=native, nothing else done with the bytes).
+void bench_read(benchmark::State& state, double layer_bytes_per_copy) {
+  use_threads(1);
+  const auto words = static_cast<std::size_t>(layer_bytes_per_copy / 8);
+  const int copies = copies_for(layer_bytes_per_copy);
+  std::vector<std::uint64_t> buffer(words * std::size_t(copies));
+  for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = i * 0x9e3779b97f4a7c15ull;
+  std::size_t copy = 0;
+  for (auto _ : state) {
+    copy = (copy + 1) % std::size_t(copies);
+    const std::uint64_t* p = buffer.data() + copy * words;
+    std::uint64_t folded = 0;
+    for (std::size_t i = 0; i < words; ++i) folded |= p[i];
+    benchmark::DoNotOptimize(folded);
+  }
+  set_weight_bytes(state, double(words) * 8);
+}
+
 void register_all() {
   std::vector<int> thread_counts = {1};
 #ifdef _OPENMP
@@ -393,6 +415,11 @@ void register_all() {
     std::printf(" %s", std::string(quant::kernel_path_name(p)).c_str());
   }
   std::printf("\n\n");
+  // The plain read rate, streamed as q4_K's 4096 × 4096 layer is (9.4 MB a copy).
+  benchmark::RegisterBenchmark("read/plain/4096x4096/q4_K_bytes/threads=1", bench_read,
+                               layer_bytes(Format::q4_K, 4096, 4096))
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
   for (const auto& shape : llama7b_shapes) {
     for (index_t tokens : {1, 8, 128}) {
       for (int threads : thread_counts) {

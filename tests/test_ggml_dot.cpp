@@ -383,6 +383,153 @@ TEST(GgmlDot, KQuantDecodeRowsRunTheGemvUpToItsRowCount) {
 }
 #endif
 
+#if DISSECT_X86
+/// Blocks of activations that reach every branch of ggml's activation rounding: normal rows at
+/// several spreads, exact ties (x·(1/d) = n + ½ for q8_0, iscale·x = n + ½ for q8_K), the
+/// largest magnitude at both signs (the first one sets q8_K's sign), zeros, and for q8_K (whose
+/// rule is bit arithmetic) subnormals, NaN and ±∞.
+std::vector<float> rounding_cases(index_t block, int blocks, bool special, std::mt19937_64& rng) {
+  std::vector<float> x(std::size_t(block * blocks));
+  std::uniform_int_distribution<int> level(-127, 127), kind(0, 9), at(0, int(block) - 1);
+  for (int b = 0; b < blocks; ++b) {
+    float* v = x.data() + b * block;
+    const int k = kind(rng);
+    const float spread = std::ldexp(1.0f, int(rng() % 40) - 20);
+    std::normal_distribution<float> normal(0.0f, spread);
+    for (index_t j = 0; j < block; ++j) v[j] = normal(rng);
+    if (k == 1) {  // ties: the scale is 1, the levels halfway between integers
+      for (index_t j = 0; j < block; ++j) v[j] = float(level(rng)) + (j % 2 ? 0.5f : 0.0f);
+      v[at(rng)] = block == 32 ? 127.0f : -127.0f;
+      for (index_t j = 0; j < block; ++j) v[j] = std::clamp(v[j], -127.0f, 127.0f);
+    } else if (k == 2) {  // the largest magnitude at both signs
+      const float top = std::abs(normal(rng)) * 4 + 1e-3f;
+      v[at(rng)] = top;
+      v[at(rng)] = -top;
+    } else if (k == 3) {
+      std::fill(v, v + block, 0.0f);
+      if (rng() % 2) v[at(rng)] = -0.0f;
+    } else if (k == 4 && special) {  // q8_0's 1/d of a subnormal max is ∞
+      for (index_t j = 0; j < block; ++j) v[j] = std::ldexp(normal(rng) / spread, -140);
+    } else if (k == 5 && special) {
+      v[at(rng)] = NAN;
+      if (rng() % 2) v[at(rng)] = rng() % 2 ? INFINITY : -INFINITY;
+    }
+  }
+  return x;
+}
+
+TEST(GgmlDot, VectorActivationRoundingWritesTheScalarBytes) {
+  if (!quant::cpu_supports(KernelPath::avx2)) GTEST_SKIP() << "this CPU has no AVX2";
+  std::mt19937_64 rng(41);
+  for (const WeightFormat f : {WeightFormat::q8_0, WeightFormat::q4_K}) {
+    SCOPED_TRACE(weight_format_name(f));
+    const bool q8_0 = f == WeightFormat::q8_0;
+    const index_t block = q8_0 ? 32 : 256, blocks = 3000;
+    // q8_0's float → int8 conversion of ±∞ or NaN is undefined in C++: finite values only.
+    const auto x = rounding_cases(block, int(blocks), !q8_0, rng);
+    const index_t bytes = ggml_row_bytes(qd::ggml_activation_type(f), block * blocks);
+    std::vector<std::uint8_t> vectors(static_cast<std::size_t>(bytes)), scalar(vectors),
+        dispatched(vectors);
+    qd::quantize_ggml_activations_avx2(q8_0, x.data(), block * blocks, 1, block * blocks,
+                                       vectors.data());
+    qd::quantize_ggml_activations_scalar(f, x.data(), block * blocks, 1, block * blocks,
+                                         scalar.data());
+    qd::quantize_ggml_activations(f, x.data(), block * blocks, 1, block * blocks,
+                                  dispatched.data());
+    const index_t block_bytes = bytes / blocks;
+    for (index_t b = 0; b < blocks; ++b) {
+      ASSERT_EQ(std::memcmp(vectors.data() + b * block_bytes, scalar.data() + b * block_bytes,
+                            std::size_t(block_bytes)),
+                0)
+          << "block " << b << " first value " << x[std::size_t(b * block)];
+    }
+    EXPECT_EQ(dispatched, scalar);
+  }
+}
+
+TEST(GgmlDot, Avx2TilesOverAThousandShapesAreTheRowDotsBitForBitWithinTheBound) {
+  // The avx2 path's R × C register tiles (ggml_gemm_avx2.hpp) and their edge tiles: m crosses
+  // the tile's rows, N its columns and the 4-row weight tasks, K one to a few blocks. Each output
+  // is the 1 × 1 tile's (dot_row's) bits, on 1 and 2 threads, within the float-sum bound of the
+  // exact product of llama.cpp's activations.
+  if (!quant::cpu_supports(KernelPath::avx2)) GTEST_SKIP() << "this CPU has no AVX2";
+  std::mt19937_64 rng(42);
+  std::uniform_int_distribution<int> pick_format(0, 3), pick_m(1, 13), pick_n(1, 11),
+      pick_q8_blocks(1, 9), pick_super_blocks(1, 3);
+  double worst = 0;
+  int shapes = 0;
+  for (; shapes < 1100; ++shapes) {
+    const WeightFormat f = ggml_formats[pick_format(rng)];
+    const index_t m = pick_m(rng), N = pick_n(rng);
+    const index_t K =
+        f == WeightFormat::q8_0 ? 32 * pick_q8_blocks(rng) : 256 * pick_super_blocks(rng);
+    const auto bytes = random_blocks(f, N, K, rng);
+    const auto x = random_floats(std::size_t(m * K), rng, 3.0f);
+    const auto bias = shapes % 3 == 0 ? std::vector<float>{} : random_floats(std::size_t(N), rng);
+    const float* b = bias.empty() ? nullptr : bias.data();
+    const qd::GgmlWeightsView w{f, bytes.data(), N, K};
+    const index_t stride = ggml_row_bytes(qd::ggml_activation_type(f), K);
+    std::vector<std::uint8_t> a(std::size_t(m * stride));
+    qd::quantize_ggml_activations(f, x.data(), K, m, K, a.data());
+    std::vector<float> tiles1(std::size_t(m * N), NAN), tiles2(tiles1), rows(tiles1), path(tiles1);
+    qd::ggml_avx2_gemm(w, a.data(), stride, m, tiles1.data(), N, b, 1);
+    qd::ggml_avx2_gemm(w, a.data(), stride, m, tiles2.data(), N, b, 2);
+    qd::ggml_matmul(KernelPath::avx2, w, x.data(), K, m, path.data(), N, b, 1 + shapes % 2);
+    const index_t row_bytes = ggml_row_bytes(ggml_type_of(f), K);
+    for (index_t i = 0; i < m; ++i) {
+      for (index_t n = 0; n < N; ++n) {
+        const float sum = qd::dot_row(f, bytes.data() + n * row_bytes, a.data() + i * stride, K);
+        rows[std::size_t(i * N + n)] = b ? sum + b[n] : sum;
+      }
+    }
+    const auto trace = ::testing::Message()
+                       << weight_format_name(f) << " m " << m << " N " << N << " K " << K;
+    ASSERT_EQ(std::memcmp(tiles1.data(), rows.data(), rows.size() * 4), 0) << trace;
+    ASSERT_EQ(std::memcmp(tiles2.data(), rows.data(), rows.size() * 4), 0) << trace;
+    ASSERT_EQ(std::memcmp(path.data(), rows.data(), rows.size() * 4), 0) << trace;
+    std::vector<double> exact, magnitude;
+    exact_products(f, bytes, N, K, quantised_activations(f, x, m, K), m, bias, exact, magnitude);
+    for (std::size_t e = 0; e < rows.size(); ++e) {
+      const double bound = (8 + double(K / block_of(f) + 8)) * u32 * magnitude[e];
+      ASSERT_LE(std::abs(tiles1[e] - exact[e]), bound) << trace << " element " << e;
+      worst = std::max(worst, std::abs(tiles1[e] - exact[e]) / magnitude[e]);
+    }
+  }
+  EXPECT_EQ(shapes, 1100);
+  EXPECT_GT(worst, 0.0);
+}
+
+TEST(GgmlDot, Avx2PathRunsItsTilesFromItsRowThreshold) {
+  // The dispatch: from ggml_avx2_tile_min_rows activation rows q8_0 and the K-quants run the
+  // tiles (ggml_avx2_gemm, called directly here: the same bits through ggml_matmul on any
+  // thread count); tq2_0 keeps its row kernel. Below the threshold the path runs dot_row, whose
+  // bits are the tiles' (the test above), so only the rule can show which one ran.
+  if (!quant::cpu_supports(KernelPath::avx2)) GTEST_SKIP() << "this CPU has no AVX2";
+  static_assert(!qd::ggml_avx2_runs_tiles(WeightFormat::q4_K, qd::ggml_avx2_tile_min_rows - 1));
+  static_assert(!qd::ggml_avx2_runs_tiles(WeightFormat::tq2_0, 512));
+  std::mt19937_64 rng(43);
+  for (const WeightFormat f : ggml_formats) {
+    SCOPED_TRACE(weight_format_name(f));
+    EXPECT_TRUE(qd::ggml_avx2_runs_tiles(f, qd::ggml_avx2_tile_min_rows));
+    EXPECT_TRUE(qd::ggml_avx2_runs_tiles(f, 512));
+    const index_t m = qd::ggml_avx2_tile_min_rows + 9, N = 70, K = 2 * block_of(f) * 2;
+    const auto bytes = random_blocks(f, N, K, rng);
+    const auto x = random_floats(std::size_t(m * K), rng);
+    const auto bias = random_floats(std::size_t(N), rng);
+    const qd::GgmlWeightsView w{f, bytes.data(), N, K};
+    const index_t stride = ggml_row_bytes(qd::ggml_activation_type(f), K);
+    std::vector<std::uint8_t> a(std::size_t(m * stride));
+    qd::quantize_ggml_activations(f, x.data(), K, m, K, a.data());
+    std::vector<float> via_path1(std::size_t(m * N)), via_path2(via_path1), direct(via_path1);
+    qd::ggml_matmul(KernelPath::avx2, w, x.data(), K, m, via_path1.data(), N, bias.data(), 1);
+    qd::ggml_matmul(KernelPath::avx2, w, x.data(), K, m, via_path2.data(), N, bias.data(), 2);
+    qd::ggml_avx2_gemm(w, a.data(), stride, m, direct.data(), N, bias.data(), 2);
+    EXPECT_EQ(std::memcmp(via_path1.data(), direct.data(), direct.size() * 4), 0);
+    EXPECT_EQ(std::memcmp(via_path2.data(), direct.data(), direct.size() * 4), 0);
+  }
+}
+#endif
+
 TEST(GgmlDot, OracleOnAHandBuiltQ4KBlock) {
   // d = 1, dmin = 0.5, sub-block j: scale j + 1, min j; value k has level k mod 16:
   // ŵ_k = (j + 1)·(k mod 16) − 0.5·j. The 12 scale bytes pack scale/min 0–3 in 6 bits, 4–7
