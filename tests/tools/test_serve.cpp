@@ -4,10 +4,12 @@
 // `dissect generate` was already tested to give. Bad requests get 400 with the library's message
 // and the server keeps serving (reliability.md row 113); SIGTERM stops it with status 0.
 //
-//   test_serve DISSECT_PROGRAM MODEL_DIR EOS_MODEL_DIR
+//   test_serve DISSECT_PROGRAM MODEL_DIR EOS_MODEL_DIR CHAT_MODEL_DIR
 //
 // MODEL_DIR is the GPT-2 fixture (V = 97, context 24) beside char_tokenizer.json, which names no
 // EOS; EOS_MODEL_DIR is the same with a tokenizer_config.json that makes <|endoftext|> (96) EOS.
+// CHAT_MODEL_DIR is tests/tools/chat-llama: the tiny LLaMA with a character tokenizer and a
+// ChatML-style chat template (BOS written by the template, <|end|> an end-of-turn token at id 26).
 // Nothing here can hang: every request has a connect and a read timeout, the server is killed with
 // the test (PR_SET_PDEATHSIG), and an alarm ends the whole program after 100 s.
 #include <gtest/gtest.h>
@@ -20,7 +22,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,10 +45,11 @@ namespace {
 using dissect::index_t;
 using nlohmann::json;
 
-std::string program;              // argv[1]
-std::filesystem::path model;      // argv[2]
-std::filesystem::path eos_model;  // argv[3]
-constexpr index_t context = 24;   // the fixture's; its V is 97
+std::string program;               // argv[1]
+std::filesystem::path model;       // argv[2]
+std::filesystem::path eos_model;   // argv[3]
+std::filesystem::path chat_model;  // argv[4]
+constexpr index_t context = 24;    // the fixture's; its V is 97
 
 /// A running `dissect serve MODEL --port 0`, killed when it goes out of scope.
 class ServerProcess {
@@ -163,9 +168,10 @@ std::vector<index_t> encode(const std::string& text) {
   return ids;
 }
 
-json post(const ServerProcess& server, const json& body, int expected_status = 200) {
+json post(const ServerProcess& server, const json& body, int expected_status = 200,
+          const char* path = "/v1/completions") {
   auto client = server.client();
-  const auto res = client.Post("/v1/completions", body.dump(), "application/json");
+  const auto res = client.Post(path, body.dump(), "application/json");
   if (!res) {
     ADD_FAILURE() << "no response: " << httplib::to_string(res.error());
     return json();
@@ -176,10 +182,11 @@ json post(const ServerProcess& server, const json& body, int expected_status = 2
 
 /// The events of a streamed completion: every "data: {…}" parsed; true in `done` if the stream
 /// ended with "data: [DONE]".
-std::vector<json> stream_events(const ServerProcess& server, json body, bool& done) {
+std::vector<json> stream_events(const ServerProcess& server, json body, bool& done,
+                                const char* path = "/v1/completions") {
   body["stream"] = true;
   auto client = server.client();
-  const auto res = client.Post("/v1/completions", body.dump(), "application/json");
+  const auto res = client.Post(path, body.dump(), "application/json");
   EXPECT_TRUE(res) << "no response";
   if (!res) return {};
   EXPECT_EQ(res->status, 200) << res->body;
@@ -204,16 +211,18 @@ std::vector<json> stream_events(const ServerProcess& server, json body, bool& do
   return events;
 }
 
-class Serve : public ::testing::Test {
+/// A suite whose tests share one server on the model in *dir.
+template <const std::filesystem::path* dir>
+class SharedServer : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { server_ = new ServerProcess(); }
+  static void SetUpTestSuite() { server_ = new ServerProcess(*dir); }
   static void TearDownTestSuite() {
     delete server_;
     server_ = nullptr;
   }
-  static ServerProcess* server_;
+  static inline ServerProcess* server_ = nullptr;
 };
-ServerProcess* Serve::server_ = nullptr;
+using Serve = SharedServer<&model>;
 
 TEST_F(Serve, GreedyCompletionIsTheLibrarysGenerate) {
   const auto prompt = encode("hello");
@@ -480,17 +489,223 @@ TEST(ServeShutdown, SigtermStopsTheListenerAndExitsZero) {
   EXPECT_FALSE(client.Get("/health"));
 }
 
+// ---- /v1/chat/completions (issue 48 item 2; reliability.md rows 142-144) ----------------------
+
+/// What `dissect template CHAT_MODEL --messages … --add-generation-prompt` prints.
+std::string rendered(const json& request) {
+  const auto file = std::filesystem::temp_directory_path() /
+                    ("test_serve_chat_" + std::to_string(getpid()) + ".json");
+  {
+    std::ofstream out(file);
+    out << request.dump();
+  }
+  const std::string command = program + " template " + chat_model.string() + " --messages " +
+                              file.string() + " --add-generation-prompt";
+  std::string text;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buffer[4096];
+    for (std::size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) text.append(buffer, n);
+    EXPECT_EQ(pclose(pipe), 0) << command;
+  }
+  std::filesystem::remove(file);
+  return text;
+}
+
+const json conversation = json::array(
+    {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi there"}}});
+
+using ServeChat = SharedServer<&chat_model>;
+
+TEST_F(ServeChat, AnswerHasOpenAIsShapeAndCountsTheRenderedPrompt) {
+  // Row 142: the prompt is the template's text with the generation prompt, tokenized without the
+  // post-processor's BOS (the template wrote one): encode(text, true) would give a second.
+  const auto tokenizer = dissect::text::load_tokenizer(chat_model);
+  for (const json& tools :
+       {json(nullptr),
+        json::array({{{"type", "function"},
+                      {"function", {{"name", "get_time"}, {"parameters", json::object()}}}}})}) {
+    json request = {{"messages", conversation}};
+    if (!tools.is_null()) request["tools"] = tools;
+    const std::string text = rendered(request);
+    ASSERT_EQ(text.rfind("<s><|im_start|>", 0), 0u) << text;
+    EXPECT_EQ(tools.is_null(), text.find("get_time;") == std::string::npos) << text;
+    const auto ids = tokenizer.encode(text, false);
+    ASSERT_EQ(tokenizer.encode(text, true).size(), ids.size() + 1);  // the double BOS avoided
+    request["max_tokens"] = 3;
+    request["temperature"] = 0;
+    const json got = post(*server_, request, 200, "/v1/chat/completions");
+    EXPECT_EQ(got["object"], "chat.completion");
+    EXPECT_EQ(got["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+    EXPECT_EQ(got["model"], "chat-llama");
+    ASSERT_EQ(got["choices"].size(), 1u);
+    EXPECT_EQ(got["choices"][0]["index"], 0);
+    EXPECT_EQ(got["choices"][0]["message"]["role"], "assistant");
+    EXPECT_TRUE(got["choices"][0]["message"]["content"].is_string());
+    EXPECT_EQ(got["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(got["usage"]["prompt_tokens"], ids.size());
+    EXPECT_EQ(got["usage"]["completion_tokens"], 3);
+    EXPECT_EQ(got["usage"]["total_tokens"], ids.size() + 3);
+  }
+}
+
+TEST_F(ServeChat, StreamedDeltasAddUpToTheMessage) {
+  for (const json& sampling : {json{{"temperature", 0}}, json{{"temperature", 1.0}, {"seed", 7}}}) {
+    json request = sampling;
+    request["messages"] = json::array({{{"role", "user"}, {"content", "Tell me a story"}}});
+    request["max_tokens"] = 12;
+    const json whole = post(*server_, request, 200, "/v1/chat/completions");
+    bool done = false;
+    const std::vector<json> events = stream_events(*server_, request, done, "/v1/chat/completions");
+    ASSERT_TRUE(done);
+    ASSERT_GE(events.size(), 2u);
+    EXPECT_EQ(events.front()["choices"][0]["delta"]["role"], "assistant");
+    std::string content;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const json& choice = events[i]["choices"][0];
+      EXPECT_EQ(events[i]["object"], "chat.completion.chunk");
+      EXPECT_EQ(choice["finish_reason"].is_null(), i + 1 < events.size());
+      if (choice["delta"].contains("content"))
+        content += choice["delta"]["content"].get<std::string>();
+    }
+    EXPECT_EQ(content, whole["choices"][0]["message"]["content"]) << sampling;
+    EXPECT_EQ(events.back()["choices"][0]["finish_reason"], whole["choices"][0]["finish_reason"]);
+    EXPECT_EQ(events.back()["usage"], whole["usage"]);
+  }
+}
+
+TEST_F(ServeChat, AnEndOfTurnTokenEndsTheReplyAndIsNotInIt) {
+  // Row 143: greedy decoding of this fixture answers 9 # 6 B <|end|> (ids 96 4 23 35 26, see
+  // chat-llama/make_fixture.py). <|end|> is neither the EOS nor in the prompt: only the
+  // end-of-turn rule stops there. /v1/completions (EOS only) runs through it, which shows the
+  // model does pick it.
+  const json request = {{"messages", conversation}, {"max_tokens", 12}, {"temperature", 0}};
+  const json got = post(*server_, request, 200, "/v1/chat/completions");
+  EXPECT_EQ(got["choices"][0]["message"]["content"], "9#6B");
+  EXPECT_EQ(got["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(got["usage"]["completion_tokens"], 5);
+  bool done = false;
+  const std::vector<json> events = stream_events(*server_, request, done, "/v1/chat/completions");
+  std::string streamed;
+  for (const json& event : events) {
+    if (event["choices"][0]["delta"].contains("content"))
+      streamed += event["choices"][0]["delta"]["content"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, "9#6B");
+  const auto tokenizer = dissect::text::load_tokenizer(chat_model);
+  std::vector<index_t> prompt;
+  for (const std::int32_t id : tokenizer.encode(rendered({{"messages", conversation}}), false))
+    prompt.push_back(id);
+  const json plain = post(*server_, {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}});
+  EXPECT_EQ(plain["choices"][0]["text"].get<std::string>().rfind("9#6B<|end|>", 0), 0u)
+      << plain["choices"][0]["text"];
+  EXPECT_EQ(plain["choices"][0]["finish_reason"], "length");
+}
+
+TEST(ServeChatGenerationConfig, ItsEosTokenIdsEndTheReplyToo) {
+  // Row 143: generation_config.json's eos_token_id list is read; '#' (id 4), the second token of
+  // the greedy reply above, made an end of generation ends it after "9".
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("test_serve_generation_config_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  for (const auto& entry : std::filesystem::directory_iterator(chat_model))
+    std::filesystem::copy_file(entry.path(), dir / entry.path().filename(),
+                               std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": [93, 4]})";
+  {
+    ServerProcess server(dir);
+    const json got =
+        post(server, {{"messages", conversation}, {"max_tokens", 12}, {"temperature", 0}}, 200,
+             "/v1/chat/completions");
+    EXPECT_EQ(got["choices"][0]["message"]["content"], "9");
+    EXPECT_EQ(got["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(got["usage"]["completion_tokens"], 2);
+  }
+  // An id outside the vocabulary is the file's error, said when the server starts.
+  std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": 1000})";
+  // timeout: a server that started anyway must fail the test, not hang it.
+  const std::string command = "timeout 20 " + program + " serve " + dir.string() + " --port 0 2>&1";
+  std::string output;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buffer[4096];
+    for (std::size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
+    EXPECT_EQ(WEXITSTATUS(pclose(pipe)), 2) << output;
+  }
+  EXPECT_NE(output.find("generation_config.json: eos_token_id 1000 is not an id"),
+            std::string::npos)
+      << output;
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(ServeChat, BadChatRequestsGet400NamingTheField) {
+  // Row 144: each refused with OpenAI's error shape, the message naming what is wrong.
+  const json user = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"messages", "Hi"}}, "messages must be a non-empty array"},
+      {json::object(), "messages must be a non-empty array"},
+      {{{"messages", json::array({{{"content", "Hi"}}})}}, "messages[0].role must be a string"},
+      {{{"messages", json::array({{{"role", "user"}, {"content", 3}}})}},
+       "messages[0].content must be a string"},
+      {{{"messages",
+         json::array({{{"role", "user"}, {"content", json::array({{{"type", "image_url"}}})}}})}},
+       "messages[0].content[0]: only"},
+      {{{"messages", user}, {"response_format", {{"type", "json_object"}}}},
+       "response_format: not supported"},
+      {{{"messages", user}, {"logit_bias", {{"5", 100}}}}, "logit_bias: not supported"},
+      {{{"messages", user}, {"tool_choice", "required"}},
+       "tool_choice: only \"auto\" and \"none\""},
+      {{{"messages", user}, {"logprobs", true}}, "logprobs: not supported"},
+      {{{"messages", user}, {"n", 2}}, "n: only 1 completion"},
+      {{{"messages", user}, {"top_p", 0}}, "top_p must be in (0, 1]"},
+      {{{"messages", user}, {"tools", "get_time"}}, "tools must be an array"},
+      {{{"messages", user}, {"max_tokens", 3}, {"max_completion_tokens", 3}},
+       "max_completion_tokens: give it or max_tokens, not both"},
+      // A conversation longer than the context: 300 + 20 tokens rendered, 256 at most.
+      {{{"messages", json::array({{{"role", "user"}, {"content", std::string(300, 'a')}}})}},
+       "messages, as the chat template renders them: prompt: 320 tokens; the model's context holds "
+       "at most 256"},
+      // The template's own raise_exception, its message carried.
+      {{{"messages", json::array({{{"role", "assistant"}, {"content", "Hi"}}})}},
+       "raise_exception: Conversations must start with a system or user message"},
+  };
+  for (const auto& [body, message] : cases) {
+    const json got = post(*server_, body, 400, "/v1/chat/completions");
+    if (!got.contains("error")) {
+      ADD_FAILURE() << body << " was not refused: " << got;
+      continue;
+    }
+    EXPECT_EQ(got["error"]["type"], "invalid_request_error") << body;
+    EXPECT_NE(got["error"]["message"].get<std::string>().find(message), std::string::npos)
+        << body << " -> " << got["error"]["message"];
+  }
+  // The server goes on; max_completion_tokens is OpenAI's newer max_tokens.
+  const json ok = post(*server_, {{"messages", user}, {"max_completion_tokens", 2}}, 200,
+                       "/v1/chat/completions");
+  EXPECT_EQ(ok["usage"]["completion_tokens"], 2);
+}
+
+TEST_F(Serve, AModelWithoutAChatTemplateAnswersChat400) {
+  // Row 144: the GPT-2 fixture has no tokenizer_config.json or chat_template.jinja.
+  const json got =
+      post(*server_, {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}}, 400,
+           "/v1/chat/completions");
+  ASSERT_TRUE(got.contains("error")) << got;
+  EXPECT_NE(got["error"]["message"].get<std::string>().find("no chat template"), std::string::npos)
+      << got;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: test_serve DISSECT_PROGRAM MODEL_DIR EOS_MODEL_DIR\n");
+  if (argc != 5) {
+    std::fprintf(stderr,
+                 "usage: test_serve DISSECT_PROGRAM MODEL_DIR EOS_MODEL_DIR CHAT_MODEL_DIR\n");
     return 2;
   }
   program = argv[1];
   model = argv[2];
   eos_model = argv[3];
+  chat_model = argv[4];
   signal(SIGPIPE, SIG_IGN);  // a server that died must fail a test, not kill the program
   alarm(100);                // the last guard against a hang; ctest's TIMEOUT is above it
   return RUN_ALL_TESTS();

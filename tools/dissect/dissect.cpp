@@ -1250,7 +1250,9 @@ int run(int argc, char** argv) {
 #ifdef DISSECT_SERVE
   dissect::tools::ServeOptions serve_options;
   auto* serve_command = app.add_subcommand(
-      "serve", "OpenAI's /v1/completions over HTTP (streaming with server-sent events)");
+      "serve",
+      "OpenAI's /v1/completions and /v1/chat/completions over HTTP (streaming with server-sent "
+      "events)");
   serve_command
       ->add_option("checkpoint", serve_options.checkpoint,
                    ".safetensors file, index .json, a directory, or a .gguf file")

@@ -4,9 +4,10 @@
 //   dissect serve CHECKPOINT|FILE.gguf [--host 127.0.0.1] [--port 8080] [--threads 4]
 //                 [--name NAME] [--allow-remote]
 //
-// Routes: POST /v1/completions (JSON, or server-sent events with "stream": true), GET /v1/models,
-// GET /health. Requests are read by serve_request.hpp; the generation is the library's
-// generate(), its tokens decoded as `dissect generate` decodes them.
+// Routes: POST /v1/completions and POST /v1/chat/completions (JSON, or server-sent events with
+// "stream": true), GET /v1/models, GET /health. Requests are read by serve_request.hpp; a chat's
+// messages go through the model's own chat template (dissect/text/chat_template.hpp); the
+// generation is the library's generate(), its tokens decoded as `dissect generate` decodes them.
 //
 // One generation runs at a time: the model's forward is not made for concurrent calls, so a
 // mutex serialises them, and the HTTP threads (--threads) bound how many requests are open at
@@ -34,7 +35,10 @@
 #include <vector>
 
 #include "dissect/error.hpp"
+#include "dissect/io/json.hpp"
 #include "dissect/models/generate.hpp"
+#include "dissect/text/chat_template.hpp"
+#include "dissect/text/chat_template_gguf.hpp"
 #include "dissect/text/decode_stream.hpp"
 #include "tools/dissect/model_loading.hpp"
 #include "tools/dissect/serve_request.hpp"
@@ -86,6 +90,104 @@ inline void send_json(httplib::Response& res, int status, const nlohmann::json& 
                   "application/json");
 }
 
+/// What a chat request needs besides the model: the template and the special tokens it sees,
+/// or why there is none, and the ids that end a turn.
+struct ChatSetup {
+  std::optional<text::ChatTemplate> chat_template;
+  text::ChatTemplateOptions options;  ///< bos_token, eos_token and the other special tokens
+  std::string unavailable;            ///< why chat_template is empty
+  std::vector<index_t> end_ids;       ///< end of generation: EOS and the end-of-turn tokens
+};
+
+/// The texts of end-of-turn tokens, as llama.cpp's end-of-generation list has them (Llama 3's
+/// <|eot_id|> and <|eom_id|>, ChatML's <|im_end|>, Phi's <|end|>, Gemma's <end_of_turn>,
+/// gpt-oss's <|return|> and <|call|>, DeepSeek's end of sentence …).
+inline constexpr std::string_view end_of_turn_texts[] = {"<|eot_id|>",
+                                                         "<|eom_id|>",
+                                                         "<|im_end|>",
+                                                         "<|end|>",
+                                                         "<end_of_turn>",
+                                                         "<|endoftext|>",
+                                                         "<|end_of_text|>",
+                                                         "<|return|>",
+                                                         "<|call|>",
+                                                         "<EOT>",
+                                                         "[EOT]",
+                                                         "<end_of_utterance>",
+                                                         "<\uff5cend\u2581of\u2581sentence\uff5c>"};
+
+/// The model's chat template and what ends a chat's turn. The ids are, together: the tokenizer's
+/// EOS, the id of the template's eos_token, every id in generation_config.json's eos_token_id (an
+/// id or a list, beside a checkpoint), GGUF's tokenizer.ggml.eot_token_id and eom_token_id, and
+/// every added token marked special whose text is in end_of_turn_texts. A model without a
+/// template (or with one dissect cannot parse) still serves completions; its chat requests get
+/// 400 with the reason. @throws FormatError naming generation_config.json when it is not JSON or
+/// an eos_token_id is not an id of the model's vocabulary.
+inline ChatSetup read_chat_setup(const std::filesystem::path& checkpoint, const ModelText& text) {
+  ChatSetup setup;
+  std::error_code ec;
+  const bool gguf = text.gguf;
+  std::optional<text::ChatTemplateFiles> files;
+  std::optional<GgufFile> file;
+  try {
+    if (gguf) {
+      file.emplace(checkpoint);
+      files = text::read_gguf_templates(*file);
+      if (files->templates.empty())
+        throw ConfigError(concat(checkpoint.string(), " has no tokenizer.chat_template"));
+    } else {
+      const auto dir =
+          std::filesystem::is_directory(checkpoint, ec) ? checkpoint : checkpoint.parent_path();
+      files = text::find_chat_templates(dir.empty() ? std::filesystem::path(".") : dir);
+    }
+    setup.chat_template = files->parse();
+    setup.options = files->options();
+    setup.options.add_generation_prompt = true;
+  } catch (const Error& error) {
+    setup.unavailable = error.what();
+  }
+  if (!text.tokenizer) return setup;
+  const text::Tokenizer& tokenizer = *text.tokenizer;
+  const auto add = [&](std::optional<std::int32_t> id) {
+    if (id && std::find(setup.end_ids.begin(), setup.end_ids.end(), *id) == setup.end_ids.end())
+      setup.end_ids.push_back(*id);
+  };
+  add(tokenizer.eos_id());
+  if (files && files->eos_token) add(tokenizer.token_to_id(*files->eos_token));
+  for (const text::AddedToken& token : tokenizer.added_tokens()) {
+    if (token.special && std::find(std::begin(end_of_turn_texts), std::end(end_of_turn_texts),
+                                   token.content) != std::end(end_of_turn_texts))
+      add(token.id);
+  }
+  if (file) {
+    for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+      const GgufValue* value = file->find(key);
+      const auto id = value ? value->as_unsigned() : std::nullopt;
+      if (id && *id < static_cast<std::uint64_t>(text.config.vocab))
+        add(static_cast<std::int32_t>(*id));
+    }
+  } else {
+    const auto dir =
+        std::filesystem::is_directory(checkpoint, ec) ? checkpoint : checkpoint.parent_path();
+    const auto generation_config = dir / "generation_config.json";
+    if (std::filesystem::is_regular_file(generation_config, ec)) {
+      const nlohmann::json config = io::parse_json_strictly(
+          text::detail::read_text_file(generation_config, "serve"), generation_config.string());
+      if (const auto it = config.find("eos_token_id"); it != config.end()) {
+        const nlohmann::json ids = it->is_array() ? *it : nlohmann::json::array({*it});
+        for (const nlohmann::json& id : ids) {
+          if (!id.is_number_unsigned() ||
+              id.get<std::uint64_t>() >= static_cast<std::uint64_t>(text.config.vocab))
+            throw FormatError(concat(generation_config.string(), ": eos_token_id ", id.dump(),
+                                     " is not an id of the model's vocabulary"));
+          add(static_cast<std::int32_t>(id.get<std::uint64_t>()));
+        }
+      }
+    }
+  }
+  return setup;
+}
+
 /// Thrown from generate()'s callback to end a generation early (a stop sequence, EOS, a client
 /// gone): generate() holds only its own locals, so unwinding through it leaves nothing behind.
 struct StopGeneration {};
@@ -124,7 +226,8 @@ class CompletionService {
     } else if (text_.tokenizer) {
       const std::lock_guard lock(mutex_);  // the tokenizer is not promised to be thread-safe
       try {
-        for (const std::int32_t id : text_.tokenizer->encode(*r.prompt_text)) ids.push_back(id);
+        for (const std::int32_t id : text_.tokenizer->encode(*r.prompt_text, r.add_special_tokens))
+          ids.push_back(id);
       } catch (const Error& error) {
         throw ConfigError(concat("prompt: ", error.what()));
       }
@@ -150,10 +253,18 @@ class CompletionService {
     return ids;
   }
 
-  /// Generates for `prompt`, calling on_text(piece) with each piece of text as it becomes safe
-  /// to send (decoded whole characters, held back while it could start a stop sequence); on_text
+  /// The tokenizer's EOS, which ends a completion (a chat ends at ChatSetup::end_ids).
+  std::vector<index_t> eos_ids() const {
+    if (text_.vocab || !text_.tokenizer || !text_.tokenizer->eos_id()) return {};
+    return {*text_.tokenizer->eos_id()};
+  }
+
+  /// Generates for `prompt` until one of `end_ids` (not part of the text), a stop sequence or
+  /// max_tokens, calling on_text(piece) with each piece of text as it becomes safe to send
+  /// (decoded whole characters, held back while it could start a stop sequence); on_text
   /// returns false when its client is gone. Waits for any other generation to finish first.
   Completion complete(const CompletionRequest& r, const std::vector<index_t>& prompt,
+                      const std::vector<index_t>& end_ids,
                       const std::function<bool(std::string_view)>& on_text) const {
     const std::lock_guard lock(mutex_);
     Completion out;
@@ -166,8 +277,6 @@ class CompletionService {
       stream.emplace(*text_.tokenizer);
       for (const index_t id : prompt) (void)stream->push(static_cast<std::int32_t>(id));
     }
-    const std::optional<std::int32_t> eos =
-        by_tokenizer ? text_.tokenizer->eos_id() : std::optional<std::int32_t>();
     const auto send = [&](const std::string& piece) {
       if (piece.empty()) return;
       out.text += piece;
@@ -181,7 +290,7 @@ class CompletionService {
     try {
       (void)generate(model_, prompt, options, [&](index_t id) {
         out.ids.push_back(id);
-        if (eos && id == *eos) {
+        if (std::find(end_ids.begin(), end_ids.end(), id) != end_ids.end()) {
           out.stopped = true;
           throw StopGeneration{};
         }
@@ -224,13 +333,90 @@ inline nlohmann::json usage_json(index_t prompt_tokens, index_t completion_token
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-inline nlohmann::json choice_json(std::string_view text, const nlohmann::json& finish_reason) {
-  return {{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+/// One choice of an answer. A completion's carries text; a chat's a message, or in a stream a
+/// delta — the role in the first chunk, content in the others, nothing in the last.
+inline nlohmann::json choice_json(bool chat, bool streamed, const nlohmann::json& content,
+                                  const nlohmann::json& finish_reason) {
+  nlohmann::json choice = {{"index", 0}};
+  if (!chat) {
+    choice["text"] = content.is_null() ? nlohmann::json("") : content;
+  } else if (!streamed) {
+    choice["message"] = {{"role", "assistant"}, {"content", content}};
+  } else if (content.is_null()) {
+    choice["delta"] = nlohmann::json::object();
+  } else {
+    choice["delta"] = {{"content", content}};
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason;
+  return choice;
+}
+
+/// Answers a checked request, as JSON or as server-sent events: one "data: {chunk}" per piece of
+/// text (a chat's first one carrying the role), a last chunk with the finish_reason and, as
+/// OpenAI's stream_options.include_usage gives it, the usage, then "data: [DONE]". Everything that
+/// can be refused was refused before this, before the 200.
+template <class Model>
+void answer(const CompletionService<Model>& service, httplib::Response& res, bool chat,
+            nlohmann::json head, const CompletionRequest& request, std::vector<index_t> prompt,
+            std::vector<index_t> end_ids) {
+  if (!request.stream) {
+    const Completion done =
+        service.complete(request, prompt, end_ids, [](std::string_view) { return true; });
+    nlohmann::json body = head;
+    body["object"] = chat ? "chat.completion" : "text_completion";
+    body["choices"] = nlohmann::json::array(
+        {choice_json(chat, false, done.text, done.stopped ? "stop" : "length")});
+    if (!chat) body["choices"][0]["token_ids"] = done.ids;  // dissect's own: what the text decodes
+    body["usage"] =
+        usage_json(static_cast<index_t>(prompt.size()), static_cast<index_t>(done.ids.size()));
+    send_json(res, 200, body);
+    return;
+  }
+  head["object"] = chat ? "chat.completion.chunk" : "text_completion";
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider("text/event-stream", [&service, chat, head, request,
+                                                         prompt = std::move(prompt),
+                                                         end_ids = std::move(end_ids)](
+                                                            std::size_t, httplib::DataSink& sink) {
+    const auto event = [&](const nlohmann::json& data) {
+      const std::string line =
+          "data: " + data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+      return sink.write(line.data(), line.size());
+    };
+    const auto chunk = [&](const nlohmann::json& content, const nlohmann::json& finish) {
+      nlohmann::json out = head;
+      out["choices"] = nlohmann::json::array({choice_json(chat, true, content, finish)});
+      return out;
+    };
+    try {
+      if (chat) {
+        nlohmann::json first = chunk("", nullptr);
+        first["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
+        if (!event(first)) return false;
+      }
+      const Completion done =
+          service.complete(request, prompt, end_ids,
+                           [&](std::string_view piece) { return event(chunk(piece, nullptr)); });
+      if (done.client_gone) return false;
+      nlohmann::json last = chunk(nullptr, done.stopped ? "stop" : "length");
+      last["usage"] =
+          usage_json(static_cast<index_t>(prompt.size()), static_cast<index_t>(done.ids.size()));
+      const std::string end = "data: [DONE]\n\n";
+      if (!event(last) || !sink.write(end.data(), end.size())) return false;
+      sink.done();
+      return true;
+    } catch (const std::exception& error) {
+      (void)event(error_json(error.what(), "server_error"));
+      return false;
+    }
+  });
 }
 
 template <class Model>
 int serve_model(const Model& model, const ModelText& text, const ServeOptions& o) {
   const CompletionService<Model> service(model, text);
+  const ChatSetup chat_setup = read_chat_setup(o.checkpoint, text);
   const std::string name = o.name.empty() ? o.checkpoint.filename().string() : o.name;
   const auto started = static_cast<std::int64_t>(std::time(nullptr));
   std::atomic<std::uint64_t> next_id{1};
@@ -247,8 +433,10 @@ int serve_model(const Model& model, const ModelText& text, const ServeOptions& o
       httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
         const std::string message =
-            res.status == 404 ? concat("no route ", req.method, " ", req.path,
-                                       " (POST /v1/completions, GET /v1/models, GET /health)")
+            res.status == 404
+                ? concat("no route ", req.method, " ", req.path,
+                         " (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
+                         "GET /health)")
             : res.status == 413
                 ? concat("the request body is larger than ", max_request_bytes, " bytes")
                 : concat("HTTP status ", res.status);
@@ -278,6 +466,12 @@ int serve_model(const Model& model, const ModelText& text, const ServeOptions& o
                                                 {"created", started},
                                                 {"owned_by", "dissect"}}})}});
   });
+  const auto head = [&](const CompletionRequest& request, std::string_view prefix) {
+    return nlohmann::json{{"id", concat(prefix, started, "-", next_id++)},
+                          {"object", nullptr},
+                          {"created", static_cast<std::int64_t>(std::time(nullptr))},
+                          {"model", request.model.empty() ? name : request.model}};
+  };
   server.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) {
     CompletionRequest request;
     std::vector<index_t> prompt;
@@ -288,58 +482,35 @@ int serve_model(const Model& model, const ModelText& text, const ServeOptions& o
       send_json(res, 400, error_json(error.what(), "invalid_request_error"));
       return;
     }
-    if (request.model.empty()) request.model = name;
-    const std::string id = concat("cmpl-", started, "-", next_id++);
-    const auto created = static_cast<std::int64_t>(std::time(nullptr));
-    const auto head = [id, created, model = request.model] {
-      return nlohmann::json{
-          {"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}};
-    };
-    if (!request.stream) {
-      const Completion done =
-          service.complete(request, prompt, [](std::string_view) { return true; });
-      nlohmann::json body = head();
-      body["choices"] =
-          nlohmann::json::array({choice_json(done.text, done.stopped ? "stop" : "length")});
-      body["choices"][0]["token_ids"] = done.ids;  // dissect's own: what the text decodes
-      body["usage"] =
-          usage_json(static_cast<index_t>(prompt.size()), static_cast<index_t>(done.ids.size()));
-      send_json(res, 200, body);
+    answer(service, res, false, head(request, "cmpl-"), request, std::move(prompt),
+           service.eos_ids());
+  });
+  // A chat: the messages through the model's own template with the generation prompt, the text
+  // tokenized as it stands (the template wrote BOS if the model wants one), generation ended by
+  // EOS or an end-of-turn token (read_chat_setup), neither of them part of the content.
+  server.Post("/v1/chat/completions", [&](const httplib::Request& req, httplib::Response& res) {
+    ChatRequest chat;
+    std::vector<index_t> prompt;
+    try {
+      chat = parse_chat_request(req.body);
+      if (!chat_setup.chat_template)
+        throw ConfigError(concat("this model has no chat template dissect can use (",
+                                 chat_setup.unavailable,
+                                 "); send the prompt to /v1/completions instead"));
+      text::ChatTemplateOptions options = chat_setup.options;
+      options.tools = chat.tools;
+      chat.completion.prompt_text = chat_setup.chat_template->render(chat.messages, options);
+      try {
+        prompt = service.prompt_of(chat.completion);
+      } catch (const ConfigError& error) {  // "prompt: …" names no field of the request
+        throw ConfigError(concat("messages, as the chat template renders them: ", error.what()));
+      }
+    } catch (const Error& error) {
+      send_json(res, 400, error_json(error.what(), "invalid_request_error"));
       return;
     }
-    // Server-sent events: one "data: {chunk}" per piece of text, a last chunk with the
-    // finish_reason (and, as OpenAI's stream_options.include_usage gives it, the usage), then
-    // "data: [DONE]". Everything that can be refused was refused above, before the 200.
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [&service, head, request, prompt](
-                                                              std::size_t,
-                                                              httplib::DataSink& sink) {
-      const auto event = [&](const nlohmann::json& data) {
-        const std::string line =
-            "data: " + data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
-        return sink.write(line.data(), line.size());
-      };
-      try {
-        const Completion done = service.complete(request, prompt, [&](std::string_view piece) {
-          nlohmann::json chunk = head();
-          chunk["choices"] = nlohmann::json::array({choice_json(piece, nullptr)});
-          return event(chunk);
-        });
-        if (done.client_gone) return false;
-        nlohmann::json last = head();
-        last["choices"] =
-            nlohmann::json::array({choice_json("", done.stopped ? "stop" : "length")});
-        last["usage"] =
-            usage_json(static_cast<index_t>(prompt.size()), static_cast<index_t>(done.ids.size()));
-        const std::string end = "data: [DONE]\n\n";
-        if (!event(last) || !sink.write(end.data(), end.size())) return false;
-        sink.done();
-        return true;
-      } catch (const std::exception& error) {
-        (void)event(error_json(error.what(), "server_error"));
-        return false;
-      }
-    });
+    answer(service, res, true, head(chat.completion, "chatcmpl-"), chat.completion,
+           std::move(prompt), chat_setup.end_ids);
   });
 
   const int port = o.port == 0 ? server.bind_to_any_port(o.host)
