@@ -301,7 +301,6 @@ TEST(PagedKVCache, TheBudgetsSequencesThatFitAreWhatThePoolAdmits) {
   }
 }
 
-
 // ---- stateful fuzz (issue 51): allocate, share a prefix, step, free, refuse -------------------
 
 /// A key or value element as a model would write it: a function of the tokens up to and
@@ -346,7 +345,8 @@ Snapshot snapshot(const PagedKVCache<double>& cache, index_t ids) {
   for (index_t id = 0; id < ids; ++id) {
     try {
       const auto table = cache.block_table(id);
-      s.sequences.emplace_back(std::pair{cache.length(id), std::vector(table.begin(), table.end())});
+      s.sequences.emplace_back(
+          std::pair{cache.length(id), std::vector(table.begin(), table.end())});
     } catch (const Error&) {
       s.sequences.emplace_back(std::nullopt);
     }
@@ -430,7 +430,8 @@ TEST(PagedKVCacheFuzz, AllocateShareStepFreeAndRefuseKeepEveryInvariantAndTheAtt
           return false;
         }
       };
-      const auto step = [&](std::vector<index_t> ids, const std::vector<std::vector<index_t>>& add) {
+      const auto step = [&](std::vector<index_t> ids,
+                            const std::vector<std::vector<index_t>>& add) {
         const index_t B = static_cast<index_t>(ids.size());
         const index_t T = add.empty() ? 0 : static_cast<index_t>(add[0].size());
         bool ok = guarded("check_step", [&] { cache.check_step("fuzz", cfg, ids, T); });
@@ -547,7 +548,9 @@ TEST(PagedKVCacheFuzz, AllocateShareStepFreeAndRefuseKeepEveryInvariantAndTheAtt
             const std::vector<index_t> tokens(3, 1);
             if (!model.count(id) || cache.block_table(id).size() * std::size_t(block_size) <
                                         model.at(id).tokens.size() + 3) {
-              EXPECT_FALSE(guarded("advance", [&] { cache.advance(ids, TokenBatch{tokens, 1, 3}); }));
+              EXPECT_FALSE(guarded("advance", [&] {
+                cache.advance(ids, TokenBatch{tokens, 1, 3});
+              }));
             }
             EXPECT_FALSE(guarded("advance", [&] { cache.advance(ids, TokenBatch{tokens, 2, 1}); }));
             break;

@@ -155,7 +155,8 @@ TEST(Regex, CatastrophicBacktrackingMeetsTheWorkBoundOfTheEncode) {
 TEST(Regex, TheJitStackFallbackRunsTheInterpreter) {
   const auto whole = [](const text::Regex& regex, const std::string& s) {
     std::vector<std::pair<std::size_t, std::size_t>> found;
-    regex.for_each_match(s, "test", [&](std::size_t b, std::size_t e) { found.emplace_back(b, e); });
+    regex.for_each_match(s, "test",
+                         [&](std::size_t b, std::size_t e) { found.emplace_back(b, e); });
     return found == std::vector<std::pair<std::size_t, std::size_t>>{{0, s.size()}};
   };
   std::string ab;
@@ -215,15 +216,14 @@ TEST(Normalizer, AnExpansionPastTheBoundIsRefusedBeforeAllocating) {
   const auto normalizer = [](const json& j) {
     return text::Normalizer::from_json(text::detail::JsonCursor(j, "normalizer", "t.json"));
   };
-  const json replace = {{"type", "Replace"},
-                        {"pattern", {{"String", "a"}}},
-                        {"content", std::string(10000, 'x')}};
+  const json replace = {
+      {"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", std::string(10000, 'x')}};
   const std::string text(100000, 'a');
   for (const bool tracked : {false, true}) {
-    EXPECT_NE(message_of([&] {
-                normalizer(replace).apply(text::NormalizedText::original(text, tracked));
-              }).find("Normalizer Replace: 100000 bytes of text would become more than 1604096 "
-                      "(at most 16 times the input + 4096 bytes)"),
+    EXPECT_NE(message_of(
+                  [&] { normalizer(replace).apply(text::NormalizedText::original(text, tracked)); })
+                  .find("Normalizer Replace: 100000 bytes of text would become more than 1604096 "
+                        "(at most 16 times the input + 4096 bytes)"),
               std::string::npos);
   }
   // Four steps of 4× each: 256× the Sequence's input, though each step is within its own.
@@ -385,8 +385,8 @@ TEST(DecodeStream, BytesThatNeverFormACharacterKeepTheWindowShort) {
 
   std::mt19937 random(51);
   // Lead bytes of each length, continuation bytes, ASCII and bytes never valid.
-  const std::vector<int> bytes = {'a', ' ', 0x80, 0x82, 0xAC, 0xBF, 0x9F, 0x98, 0xC3, 0xA9,
-                                  0xE2, 0xF0, 0xF4, 0xC0, 0xFF, 0xED, 0xA0, 0xE0};
+  const std::vector<int> bytes = {'a',  ' ',  0x80, 0x82, 0xAC, 0xBF, 0x9F, 0x98, 0xC3,
+                                  0xA9, 0xE2, 0xF0, 0xF4, 0xC0, 0xFF, 0xED, 0xA0, 0xE0};
   for (int round = 0; round < 3000; ++round) {
     std::vector<std::int32_t> seq(random() % 40);
     for (auto& id : seq) id = bytes[random() % bytes.size()];

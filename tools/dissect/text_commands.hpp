@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
-#include <optional>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -152,12 +152,12 @@ inline int tokenize(const TokenizeOptions& o) {
       throw ConfigError(concat(input_flag, ": ", error.what()));
     } catch (const std::bad_alloc&) {
       // Exit status 1 with one line (main), never an abort: nothing on the way up allocates.
-      throw std::runtime_error(concat("tokenize: out of memory encoding the ", input.size(),
-                                      " bytes of ", input_flag));
+      throw std::runtime_error(
+          concat("tokenize: out of memory encoding the ", input.size(), " bytes of ", input_flag));
     }
     if (count != 0 && produced != count) {
-      throw std::logic_error(concat("tokenize: the passes disagree: ", produced, " tokens, then ",
-                                    count));
+      throw std::logic_error(
+          concat("tokenize: the passes disagree: ", produced, " tokens, then ", count));
     }
     count = produced;
   };
@@ -173,8 +173,8 @@ inline int tokenize(const TokenizeOptions& o) {
   };
   if (o.json) {
     // The layout of nlohmann's dump(2), but the ids on one line.
-    std::string about = tokenizer_json(tokenizer).dump(2, ' ', false,
-                                                       nlohmann::json::error_handler_t::replace);
+    std::string about =
+        tokenizer_json(tokenizer).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
     for (std::size_t at = about.find('\n'); at != std::string::npos; at = about.find('\n', at + 3))
       about.insert(at + 1, "  ");
     out << "{\n  \"tokenizer\": " << about << ",\n  \"ids\": [";

@@ -63,8 +63,8 @@ class DecodeStream {
       // are final, provided their text is where the whole window's starts (the cut does not
       // split a character).
       cut = ids.size() - (max_utf8_length - 1);
-      std::string final_text = tokenizer_->decode(
-          std::span<const std::int32_t>(ids.data(), cut), skip_special_);
+      std::string final_text =
+          tokenizer_->decode(std::span<const std::int32_t>(ids.data(), cut), skip_special_);
       if (final_text.size() <= prefix.size() || text.compare(0, final_text.size(), final_text) != 0)
         return commit_held(std::move(ids), std::move(prefix), prefix_index);
       text = std::move(final_text);
@@ -79,8 +79,8 @@ class DecodeStream {
     // Keep the ids after the old prefix, up to the cut, as the next window's context.
     ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(prefix_index));
     prefix_index = cut - prefix_index;
-    prefix = tokenizer_->decode(std::span<const std::int32_t>(ids.data(), prefix_index),
-                                skip_special_);
+    prefix =
+        tokenizer_->decode(std::span<const std::int32_t>(ids.data(), prefix_index), skip_special_);
     commit(std::move(ids), std::move(prefix), prefix_index);
     return added;
   }

@@ -378,7 +378,8 @@ class GgufTokenizerReader {
       // llama.cpp splits at the first space after the first byte.
       const std::size_t space = line->size() > 1 ? line->find(' ', 1) : std::string::npos;
       if (space == std::string::npos)
-        throw FormatError(concat(where(), ": ", quote_file_text(*line), " is not two tokens and a space"));
+        throw FormatError(
+            concat(where(), ": ", quote_file_text(*line), " is not two tokens and a space"));
       model.add_merge(std::string_view(*line).substr(0, space),
                       std::string_view(*line).substr(space + 1), where);
     }

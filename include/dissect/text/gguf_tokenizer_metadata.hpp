@@ -137,8 +137,8 @@ inline std::vector<std::pair<std::string, GgufValue>> gguf_tokenizer_metadata(
   std::map<std::int64_t, bool> added;  // id → special
   for (const auto& [token, id] : model["vocab"].items()) {
     if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() > (1 << 30))
-      throw FormatError(
-          concat("gguf_tokenizer_metadata: ", source, ": vocab[", quote_file_text(token), "] is not an id"));
+      throw FormatError(concat("gguf_tokenizer_metadata: ", source, ": vocab[",
+                               quote_file_text(token), "] is not an id"));
     by_id[id.get<std::int64_t>()] = token;
   }
   if (root.contains("added_tokens") && root["added_tokens"].is_array()) {

@@ -213,9 +213,9 @@ class Regex {
     const auto match = [&](std::size_t at, std::uint32_t limit) {
       pcre2_set_match_limit(context.get(), limit);
       const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-      int rc = jit ? pcre2_jit_match(code_.get(), subject, text.size(), at, 0, data.get(),
-                                     context.get())
-                   : PCRE2_ERROR_JIT_STACKLIMIT;
+      int rc =
+          jit ? pcre2_jit_match(code_.get(), subject, text.size(), at, 0, data.get(), context.get())
+              : PCRE2_ERROR_JIT_STACKLIMIT;
       if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
         // Deep backtracking: the interpreter keeps its frames on the heap. PCRE2_NO_JIT, or
         // pcre2_match would run the JIT code again.

@@ -474,8 +474,7 @@ inline void Tokenizer::encode_section(std::string_view text, std::size_t begin, 
   const Span whole{static_cast<std::uint32_t>(begin), static_cast<std::uint32_t>(end)};
   const auto pre_tokenize = [&](const Piece& piece) {
     if (pre_tokenizer_) {
-      pre_tokenizer_->split(piece,
-                            [&](const Piece& p) { encode_piece(p, track, emit, scratch); });
+      pre_tokenizer_->split(piece, [&](const Piece& p) { encode_piece(p, track, emit, scratch); });
     } else {
       encode_piece(piece, track, emit, scratch);
     }
