@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "bench_support.hpp"
-#include "dissect/attention.hpp"
-#include "dissect/flash_attention.hpp"
+#include "dissect/attention/attention.hpp"
+#include "dissect/attention/flash_attention.hpp"
 
 namespace dissect::bench {
 namespace {

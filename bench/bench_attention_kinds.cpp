@@ -7,9 +7,9 @@
 //
 //   bench_attention_kinds --benchmark_filter='linear|softmax'
 #include "bench_support.hpp"
-#include "dissect/attention.hpp"
-#include "dissect/cross_attention.hpp"
-#include "dissect/linear_attention.hpp"
+#include "dissect/attention/attention.hpp"
+#include "dissect/attention/cross_attention.hpp"
+#include "dissect/attention/linear_attention.hpp"
 
 namespace dissect::bench {
 namespace {

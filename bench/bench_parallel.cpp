@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "bench_support.hpp"
-#include "dissect/budget.hpp"
+#include "dissect/accounting/budget.hpp"
 #include "dissect/parallel/parallel_decoder_layer.hpp"
 
 namespace dissect::bench {

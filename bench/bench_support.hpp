@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "dissect/kernels.hpp"
-#include "dissect/linear.hpp"
+#include "dissect/kernels/linear_products.hpp"
+#include "dissect/layers/linear.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>

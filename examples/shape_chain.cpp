@@ -4,12 +4,12 @@
 // GPT-2 small. Then it makes the mistake the lesson warns about — Q reshaped to [B, T, H, d_k]
 // with the transpose forgotten — and prints what dissect says; and last, the H = T case, where
 // no check on sizes can see the mistake and the chain reports that it is blind instead.
-#include <dissect/config.hpp>
-#include <dissect/forward_chain.hpp>
-#include <dissect/init.hpp>
-#include <dissect/linear.hpp>
-#include <dissect/shape_chain.hpp>
-#include <dissect/tensor.hpp>
+#include <dissect/accounting/config.hpp>
+#include <dissect/accounting/forward_chain.hpp>
+#include <dissect/tensor/init.hpp>
+#include <dissect/layers/linear.hpp>
+#include <dissect/accounting/shape_chain.hpp>
+#include <dissect/tensor/tensor.hpp>
 
 #include <iostream>
 

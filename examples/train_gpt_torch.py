@@ -87,7 +87,7 @@ def parse_args(argv=None):
     return args
 
 
-# ---- dissect's generator (include/dissect/init.hpp) ----------------------------------------------
+# ---- dissect's generator (include/dissect/tensor/init.hpp) ----------------------------------------------
 
 
 class SplitMix64:

@@ -79,7 +79,7 @@ def parse_args(argv=None):
     return args
 
 
-# ---- dissect's generator (include/dissect/init.hpp), vectorised -----------------------------------
+# ---- dissect's generator (include/dissect/tensor/init.hpp), vectorised -----------------------------------
 
 
 class SplitMix64:

@@ -6,12 +6,12 @@
 // shape_chain example print — stage by stage, with the FLOPs of each, so the table is a
 // measurement here, not a drawing. Sampling (greedy, the argmax of each row of logits) closes
 // the chain.
-#include <dissect/config.hpp>
-#include <dissect/forward_chain.hpp>
-#include <dissect/init.hpp>
-#include <dissect/loss.hpp>
+#include <dissect/accounting/config.hpp>
+#include <dissect/accounting/forward_chain.hpp>
+#include <dissect/tensor/init.hpp>
+#include <dissect/training/loss.hpp>
 #include <dissect/models/decoder_model.hpp>
-#include <dissect/shape_chain.hpp>
+#include <dissect/accounting/shape_chain.hpp>
 
 #include <chrono>
 #include <iostream>

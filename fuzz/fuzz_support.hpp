@@ -21,8 +21,8 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/config.hpp"
-#include "dissect/error.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/core/error.hpp"
 
 namespace dissect::fuzz {
 

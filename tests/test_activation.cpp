@@ -1,7 +1,7 @@
-// Tests for dissect/activation.hpp: hand-derived values, PyTorch fixtures at the values that
+// Tests for dissect/tensor/activation.hpp: hand-derived values, PyTorch fixtures at the values that
 // matter (0, both signs, the saturated tails at ±10 and ±30), finite-difference derivatives, the
 // free functions against the enum, in-place use, NaN and the tails, and the bad inputs.
-#include "dissect/activation.hpp"
+#include "dissect/tensor/activation.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Tests of dissect/attention.hpp: causal attention against a plain-loop reference in double
+// Tests of dissect/attention/attention.hpp: causal attention against a plain-loop reference in double
 // (plain, grouped-query, with earlier positions in front, across the 64-wide key and query
 // tiles), the online and the training forward against each other, backward against finite
 // differences in double, a given score scale (GPT-2's unscaled and per-layer scores) in every
@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "dissect/attention.hpp"
+#include "dissect/attention/attention.hpp"
 #include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"
 

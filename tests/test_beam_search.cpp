@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "dissect/loss.hpp"
+#include "dissect/training/loss.hpp"
 #include "dissect/models/beam_search.hpp"
 #include "dissect/models/generate.hpp"
 #include "support/fixture_testing.hpp"

@@ -1,4 +1,4 @@
-// Tests of BitNet b1.58's BitLinear (dissect/bit_linear.hpp), its quantisers (quant/bitnet.hpp),
+// Tests of BitNet b1.58's BitLinear (dissect/layers/bit_linear.hpp), its quantisers (quant/bitnet.hpp),
 // Linear's bitlinear mode and use_bitlinear (transforms/bitlinear.hpp): forward and every gradient
 // against PyTorch fixtures written from the reference's formulas (tests/reference, block
 // "bitlinear"), in float and double; the straight-through estimator as an algebraic identity
@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "dissect/activation.hpp"
-#include "dissect/bit_linear.hpp"
+#include "dissect/tensor/activation.hpp"
+#include "dissect/layers/bit_linear.hpp"
 #include "dissect/blocks/gated_feed_forward.hpp"
-#include "dissect/loss.hpp"
+#include "dissect/training/loss.hpp"
 #include "dissect/models/decoder_model.hpp"
-#include "dissect/optim.hpp"
+#include "dissect/training/optim.hpp"
 #include "dissect/quant/bitnet.hpp"
 #include "dissect/transforms/bitlinear.hpp"
 #include "support/fixture_testing.hpp"

@@ -1,7 +1,7 @@
-// Tests for dissect/config.hpp: defaults that derive from other fields, validation naming the
+// Tests for dissect/accounting/config.hpp: defaults that derive from other fields, validation naming the
 // field (reliability.md row 15), style enums out of range (row 23), and the presets' fields
 // against their published configs.
-#include "dissect/config.hpp"
+#include "dissect/accounting/config.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Tests of dissect/cross_attention.hpp and dissect/blocks/cross_attention.hpp: the functional
+// Tests of dissect/attention/cross_attention.hpp and dissect/blocks/cross_attention.hpp: the functional
 // core against a plain-loop masked softmax in double (T ≠ S, grouped-query, a different padding
 // per batch element, a fully padded memory), against causal_attention's own arithmetic (one query
 // over all S keys is a decoding step), padding against truncation, backward against finite
@@ -13,9 +13,9 @@
 #include <sstream>
 #include <vector>
 
-#include "dissect/attention.hpp"
+#include "dissect/attention/attention.hpp"
 #include "dissect/blocks/cross_attention.hpp"
-#include "dissect/cross_attention.hpp"
+#include "dissect/attention/cross_attention.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"

@@ -1,9 +1,9 @@
-// Tests for dissect/dropout.hpp: the mode (evaluation and p = 0 are the identity), seeded masks
+// Tests for dissect/layers/dropout.hpp: the mode (evaluation and p = 0 are the identity), seeded masks
 // (the same seed, the same masks; the kept fraction near 1 − p), backward with the forward's mask,
 // p = 1 and NaN as torch, PyTorch fixtures (F.dropout's own mask replayed through
 // forward_masked, y and dx bit for bit), finite differences with a fixed mask, a place in
 // Sequential, and every bad input with its type and message, leaving the cache alone.
-#include "dissect/dropout.hpp"
+#include "dissect/layers/dropout.hpp"
 
 #include <gtest/gtest.h>
 
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "dissect/activation.hpp"
-#include "dissect/linear.hpp"
-#include "dissect/sequential.hpp"
+#include "dissect/tensor/activation.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/sequential.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"

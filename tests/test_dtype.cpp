@@ -1,7 +1,7 @@
-// Tests for dissect/dtype.hpp: the one table of element types — names, safetensors names, bits
+// Tests for dissect/core/dtype.hpp: the one table of element types — names, safetensors names, bits
 // and block sizes, bytes_for's rounding and overflow, and out-of-range values as ConfigErrors
 // naming the type and value (reliability.md row 23).
-#include "dissect/dtype.hpp"
+#include "dissect/core/dtype.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
-// Tests for dissect/embedding.hpp: hand-derived lookups and scatter-adds (repeated ids), the
+// Tests for dissect/layers/embedding.hpp: hand-derived lookups and scatter-adds (repeated ids), the
 // learned positions of GPT-2 with a decoding offset, PyTorch fixtures (nn.Embedding by token and by
 // position), finite differences in double, the module protocol, and every bad input with its type
 // and message — each checked to leave the gradient untouched.
-#include "dissect/embedding.hpp"
+#include "dissect/layers/embedding.hpp"
 
 #include <gtest/gtest.h>
 

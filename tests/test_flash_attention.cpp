@@ -1,4 +1,4 @@
-// Tests of dissect/flash_attention.hpp: forward and backward, causal (with the KV-cache offset)
+// Tests of dissect/attention/flash_attention.hpp: forward and backward, causal (with the KV-cache offset)
 // and not, grouped-query, against a plain-loop reference in double and against attention.hpp's
 // materialised path, across shapes that do not divide the 64-row tiles; PyTorch fixtures (f32,
 // f64); finite differences in double; strided heads read from a KV-cache-like buffer; the memory
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "dissect/flash_attention.hpp"
+#include "dissect/attention/flash_attention.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/sanitizers.hpp"

@@ -1,9 +1,9 @@
-// Tests for dissect/forward_chain.hpp: the stages and shapes of a transformer's forward pass, the
+// Tests for dissect/accounting/forward_chain.hpp: the stages and shapes of a transformer's forward pass, the
 // FLOPs identity of its linear steps against count_parameters (2 · W · B·T, W counted apart from
 // model_shape.hpp), the attention steps, and the promise that the chain's total is the prefill
 // FLOPs of forward_flops and of the budget, for every preset. The printed table is tested in
 // tools/test_chain_table.cpp.
-#include "dissect/forward_chain.hpp"
+#include "dissect/accounting/forward_chain.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/budget.hpp"
-#include "dissect/count.hpp"
-#include "dissect/model_shape.hpp"
+#include "dissect/accounting/budget.hpp"
+#include "dissect/accounting/count.hpp"
+#include "dissect/accounting/model_shape.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {

@@ -1,4 +1,4 @@
-// Tests of dissect/freezing.hpp: freeze and unfreeze reach every layer of a model, a frozen
+// Tests of dissect/tensor/freezing.hpp: freeze and unfreeze reach every layer of a model, a frozen
 // layer keeps no gradient and no optimizer sees it, yet backward still runs through it; and
 // for_each_layer names every leaf by its module path.
 #include <gtest/gtest.h>
@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "dissect/freezing.hpp"
+#include "dissect/tensor/freezing.hpp"
 #include "dissect/models/decoder_model.hpp"
-#include "dissect/optim.hpp"
+#include "dissect/training/optim.hpp"
 #include "dissect/transforms/lora.hpp"
 #include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"

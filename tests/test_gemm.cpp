@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "dissect/blocks.hpp"
-#include "dissect/kernels.hpp"
+#include "dissect/kernels/linear_products.hpp"
 #include "dissect/kernels/gemm.hpp"
-#include "dissect/linear.hpp"
+#include "dissect/layers/linear.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/transforms/quantize.hpp"
 #include "support/allocation_counter.hpp"

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/loss.hpp"
+#include "dissect/training/loss.hpp"
 #include "dissect/models/beam_search.hpp"
 #include "dissect/models/generate.hpp"
 #include "dissect/models/speculative_decoding.hpp"

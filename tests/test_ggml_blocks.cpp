@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "dissect/io/gguf.hpp"
-#include "dissect/linear.hpp"
+#include "dissect/layers/linear.hpp"
 #include "dissect/quant/ggml_blocks.hpp"
 #include "support/io_testing.hpp"
 

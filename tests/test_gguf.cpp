@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dissect/count.hpp"
+#include "dissect/accounting/count.hpp"
 #include "dissect/io/gguf.hpp"
 #include "dissect/io/gguf_model.hpp"
 #include "dissect/io/gguf_quantize.hpp"

@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "dissect/tensor.hpp"
+#include "dissect/tensor/tensor.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {

@@ -1,11 +1,11 @@
-// Tests for dissect/gradients.hpp: clip_grad_norm against hand-computed norms and against
+// Tests for dissect/training/gradients.hpp: clip_grad_norm against hand-computed norms and against
 // torch.nn.utils.clip_grad_norm_ fixtures (three parameters; norms 2, ∞ and 1; max_norm above and
 // below the norm), torch's handling of non-finite gradients with and without
 // error_if_nonfinite, the module and optimizer-list forms, bad arguments; and gradient
 // accumulation: k micro-batches scaled by 1/k give the gradient of their union, on a Linear
 // (against the exact sum, within Higham's bound) and on a whole GPT-2 (against the full batch,
 // within the model bound test_models uses against torch).
-#include "dissect/gradients.hpp"
+#include "dissect/training/gradients.hpp"
 
 #include <gtest/gtest.h>
 
@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "dissect/linear.hpp"
+#include "dissect/layers/linear.hpp"
 #include "dissect/models/decoder_model.hpp"
-#include "dissect/optim.hpp"
+#include "dissect/training/optim.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"

@@ -1,7 +1,7 @@
-// Tests for dissect/init.hpp: the generator's published test vectors, portable sampling, the
+// Tests for dissect/tensor/init.hpp: the generator's published test vectors, portable sampling, the
 // bounds and moments of every init scheme at GPT-2's FFN shape (768 → 3072), and the
 // ConstructionScope through which loaders build layers without random draws or gradients.
-#include "dissect/init.hpp"
+#include "dissect/tensor/init.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <optional>
 #include <thread>
 
-#include "dissect/embedding.hpp"
-#include "dissect/linear.hpp"
+#include "dissect/layers/embedding.hpp"
+#include "dissect/layers/linear.hpp"
 
 #include "support/tensor_testing.hpp"
 

@@ -1,12 +1,12 @@
-// Tests of dissect/kv_cache.hpp: its bytes are the budget's kv_cache_bytes for the same config,
+// Tests of dissect/attention/kv_cache.hpp: its bytes are the budget's kv_cache_bytes for the same config,
 // batch and capacity; writes land at the positions attention reads; refused writes and
 // advances change nothing.
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "dissect/budget.hpp"
-#include "dissect/kv_cache.hpp"
+#include "dissect/accounting/budget.hpp"
+#include "dissect/attention/kv_cache.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {

@@ -1,7 +1,7 @@
-// Tests for dissect/linear.hpp: finite-difference gradients, the algebra of the seeds
+// Tests for dissect/layers/linear.hpp: finite-difference gradients, the algebra of the seeds
 // (linearity, composition = product, row independence, reshape invariance, the article's own
 // "difference 0" check), the bad-input catalog, and threads sharing one layer.
-#include "dissect/linear.hpp"
+#include "dissect/layers/linear.hpp"
 
 #include <gtest/gtest.h>
 

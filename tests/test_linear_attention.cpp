@@ -1,4 +1,4 @@
-// Tests of dissect/linear_attention.hpp: the prefix-sum forward and its O(T·d²) backward against
+// Tests of dissect/attention/linear_attention.hpp: the prefix-sum forward and its O(T·d²) backward against
 // the quadratic form φ(Q)φ(K)ᵀ (⊙ the causal mask) written as plain loops in double and as
 // PyTorch fixtures (float32 and float64, forward and every gradient, causal and not, grouped-query,
 // eps), finite differences in double, the recurrent decode against the causal forward (token by
@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "dissect/linear_attention.hpp"
+#include "dissect/attention/linear_attention.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"

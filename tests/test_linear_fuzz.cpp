@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "dissect/linear.hpp"
+#include "dissect/layers/linear.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {

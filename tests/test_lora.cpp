@@ -14,11 +14,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "dissect/freezing.hpp"
+#include "dissect/tensor/freezing.hpp"
 #include "dissect/lora.hpp"
-#include "dissect/loss.hpp"
+#include "dissect/training/loss.hpp"
 #include "dissect/models/decoder_model.hpp"
-#include "dissect/optim.hpp"
+#include "dissect/training/optim.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/small_models.hpp"

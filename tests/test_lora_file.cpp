@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/freezing.hpp"
+#include "dissect/tensor/freezing.hpp"
 #include "dissect/io/lora_file.hpp"
 #include "dissect/io/model_file.hpp"
 #include "dissect/models/decoder_model.hpp"

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "dissect/count.hpp"
-#include "dissect/forward_chain.hpp"
+#include "dissect/accounting/count.hpp"
+#include "dissect/accounting/forward_chain.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/models/generate.hpp"
 #include "support/fixture_testing.hpp"

@@ -1,9 +1,9 @@
-// Tests for dissect/module.hpp and the views every module hands out: the Module concept and
+// Tests for dissect/tensor/module.hpp and the views every module hands out: the Module concept and
 // state_dict names, generic zero_grad/parameter_count, optimizers built from modules alone,
 // reuse_buffer, and the hostile-caller rows 20–22 of docs/reliability.md. Sequential and Stack
 // against hand compositions are test_sequential's.
-#include "dissect/module.hpp"
-#include "dissect/sequential.hpp"
+#include "dissect/tensor/module.hpp"
+#include "dissect/tensor/sequential.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "dissect/activation.hpp"
+#include "dissect/tensor/activation.hpp"
 #include "dissect/blocks.hpp"
-#include "dissect/linear.hpp"
-#include "dissect/loss.hpp"
-#include "dissect/optim.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/training/loss.hpp"
+#include "dissect/training/optim.hpp"
 #include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"
 

@@ -1,7 +1,7 @@
-// Tests for dissect/norm.hpp: LayerNorm and RMSNorm against hand-derived values and PyTorch
+// Tests for dissect/layers/norm.hpp: LayerNorm and RMSNorm against hand-derived values and PyTorch
 // fixtures (nn.LayerNorm and HF's LlamaRMSNorm written out), finite-difference gradients of the
 // input and every parameter, the module protocol, an optimizer, and every bad input.
-#include "dissect/norm.hpp"
+#include "dissect/layers/norm.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "dissect/linear.hpp"
-#include "dissect/optim.hpp"
-#include "dissect/sequential.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/training/optim.hpp"
+#include "dissect/tensor/sequential.hpp"
 #include "support/fixture.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"

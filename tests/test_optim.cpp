@@ -1,9 +1,9 @@
-// Tests for dissect/optim.hpp: SGD (momentum, dampening, Nesterov, weight decay), Adam and AdamW
+// Tests for dissect/training/optim.hpp: SGD (momentum, dampening, Nesterov, weight decay), Adam and AdamW
 // against PyTorch trajectories (tolerances from a running error bound of each update),
 // hand-derived steps, parameter collection from Linear layers, no allocation in step(), and the
 // bad-input rules.
-#include "dissect/linear.hpp"
-#include "dissect/optim.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/training/optim.hpp"
 
 #include <gtest/gtest.h>
 

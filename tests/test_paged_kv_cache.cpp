@@ -1,4 +1,4 @@
-// Tests of dissect/paged_kv_cache.hpp: block-by-block attention equals a naive causal softmax
+// Tests of dissect/attention/paged_kv_cache.hpp: block-by-block attention equals a naive causal softmax
 // over each sequence's whole history, whatever the block size and however the blocks are
 // scattered in the pool; full blocks of a common prefix are shared (by reference count, only
 // along the same prefix chain) and return to the pool when the last holder is released; an
@@ -18,9 +18,9 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/budget.hpp"
-#include "dissect/init.hpp"
-#include "dissect/paged_kv_cache.hpp"
+#include "dissect/accounting/budget.hpp"
+#include "dissect/tensor/init.hpp"
+#include "dissect/attention/paged_kv_cache.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {

@@ -1,8 +1,8 @@
-// Tests for dissect/patch_embedding.hpp: the series' point, that ViT's patch embedding (a Conv2d
+// Tests for dissect/layers/patch_embedding.hpp: the series' point, that ViT's patch embedding (a Conv2d
 // with stride = kernel) is exactly a Linear over flattened patches; patchify's layout; PyTorch
 // fixtures (timm's proj(x).flatten(2).transpose(1, 2), and F.linear on the unfolded patches);
 // finite differences in double; the module protocol and bad input.
-#include "dissect/patch_embedding.hpp"
+#include "dissect/layers/patch_embedding.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dissect/linear.hpp"
+#include "dissect/layers/linear.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/freezing.hpp"
+#include "dissect/tensor/freezing.hpp"
 #include "dissect/lora.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/quant/kernel_path.hpp"

@@ -1,10 +1,10 @@
-// Tests for dissect/rope.hpp: hand-derived rotations, the table against the formula, Hugging
+// Tests for dissect/layers/rope.hpp: hand-derived rotations, the table against the formula, Hugging
 // Face's LLaMA rotary embedding (PyTorch fixtures, float32 and float64, offsets 0 and 5, d_k 8 and
 // 64, theta 10⁴ and 5·10⁵), finite differences in double, the algebra of rotations (pair norms
 // kept, offsets compose, q·k depends only on the position difference, backward inverts forward),
 // in-place use, the growing table a model holds (sized by the positions asked, its entries the
 // full table's bit for bit), and every bad input with its type and message.
-#include "dissect/rope.hpp"
+#include "dissect/layers/rope.hpp"
 
 #include <gtest/gtest.h>
 

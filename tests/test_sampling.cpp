@@ -1,4 +1,4 @@
-// Tests of dissect/sampling.hpp: greedy is the argmax (lowest id on ties), draws follow
+// Tests of dissect/decoding/sampling.hpp: greedy is the argmax (lowest id on ties), draws follow
 // softmax(logits / T) within sampling noise, top-k never leaves the k largest (ties with the k-th
 // kept, as Hugging Face), a seed reproduces the draws; the filtered, renormalised distributions
 // equal a hand-written torch version of Hugging Face's processors and warpers on fixtures
@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-#include "dissect/sampling.hpp"
+#include "dissect/decoding/sampling.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/tensor_testing.hpp"
 

@@ -1,4 +1,4 @@
-// The sampler's hot path allocates nothing once its scratch has grown (dissect/sampling.hpp):
+// The sampler's hot path allocates nothing once its scratch has grown (dissect/decoding/sampling.hpp):
 // sample_token with a history and every processor and warper on, sampling_distribution into the
 // caller's buffer, and the history-free overload with its vector of ids. A binary of the
 // `allocations` group, whose operator new counts calls (support/counting_new.cpp); the sampler's
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "dissect/sampling.hpp"
+#include "dissect/decoding/sampling.hpp"
 #include "support/allocation_counter.hpp"
 
 namespace dissect {

@@ -1,4 +1,4 @@
-// Tests of dissect/sequential.hpp: Sequential equals the hand composition of its modules forward
+// Tests of dissect/tensor/sequential.hpp: Sequential equals the hand composition of its modules forward
 // and backward, reuses its cache, holds blocks with caches of their own; Stack's runtime depth
 // equals the same layers in a Sequential.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <random>
 
 #include "dissect/blocks.hpp"
-#include "dissect/sequential.hpp"
+#include "dissect/tensor/sequential.hpp"
 #include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"
 

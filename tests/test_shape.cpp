@@ -1,5 +1,5 @@
-// Tests for dissect/shape.hpp: formatting, checked counts and overflow detection.
-#include "dissect/shape.hpp"
+// Tests for dissect/core/shape.hpp: formatting, checked counts and overflow detection.
+#include "dissect/core/shape.hpp"
 
 #include <gtest/gtest.h>
 

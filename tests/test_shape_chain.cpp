@@ -1,8 +1,8 @@
-// Tests for dissect/shape_chain.hpp: the dimension table and symbolic shapes, expect()'s
+// Tests for dissect/accounting/shape_chain.hpp: the dimension table and symbolic shapes, expect()'s
 // diagnoses (swapped axes, several readings when sizes coincide, the blind H = T case, rank and
 // size mismatches, unknown symbols) and record()'s FLOP sums. A transformer's own chain is tested
 // in test_forward_chain.cpp, the printed table in tools/test_chain_table.cpp.
-#include "dissect/shape_chain.hpp"
+#include "dissect/accounting/shape_chain.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/tensor.hpp"
+#include "dissect/tensor/tensor.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {

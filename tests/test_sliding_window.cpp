@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "dissect/attention.hpp"
-#include "dissect/rolling_kv_cache.hpp"
+#include "dissect/attention/attention.hpp"
+#include "dissect/attention/rolling_kv_cache.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"

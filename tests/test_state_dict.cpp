@@ -14,11 +14,11 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/activation.hpp"
+#include "dissect/tensor/activation.hpp"
 #include "dissect/io/state_dict.hpp"
-#include "dissect/linear.hpp"
+#include "dissect/layers/linear.hpp"
 #include "dissect/models/decoder_model.hpp"
-#include "dissect/sequential.hpp"
+#include "dissect/tensor/sequential.hpp"
 #include "support/io_testing.hpp"
 #include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"

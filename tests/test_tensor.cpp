@@ -1,5 +1,5 @@
-// Tests for dissect/tensor.hpp: construction, access, reshape, permute, matrix views, printing.
-#include "dissect/tensor.hpp"
+// Tests for dissect/tensor/tensor.hpp: construction, access, reshape, permute, matrix views, printing.
+#include "dissect/tensor/tensor.hpp"
 
 #include <gtest/gtest.h>
 

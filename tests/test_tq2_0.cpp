@@ -17,7 +17,7 @@
 #include <span>
 #include <vector>
 
-#include "dissect/linear.hpp"
+#include "dissect/layers/linear.hpp"
 #include "dissect/numeric/half.hpp"
 #include "dissect/quant/weight_format.hpp"
 #include "support/tensor_testing.hpp"

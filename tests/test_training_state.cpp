@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "dissect/init.hpp"
+#include "dissect/tensor/init.hpp"
 #include "dissect/io/safetensors.hpp"
 #include "dissect/io/state_dict.hpp"
-#include "dissect/linear.hpp"
+#include "dissect/layers/linear.hpp"
 #include "dissect/models/decoder_model.hpp"
-#include "dissect/optim.hpp"
+#include "dissect/training/optim.hpp"
 #include "support/io_testing.hpp"
 #include "support/small_models.hpp"
 

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "dissect/activation.hpp"
+#include "dissect/tensor/activation.hpp"
 // A white-box test of private kernels: it may include their detail headers.
 #define DISSECT_PUBLIC_HEADER
 #include "dissect/kernels/detail/vector_math_avx2.hpp"

@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "common/cli.hpp"
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/checkpoint.hpp"
 #include "dissect/io/model_file.hpp"
 #include "dissect/models/decoder_model.hpp"

@@ -21,13 +21,13 @@
 
 #include <unistd.h>  // isatty
 
-#include "dissect/config.hpp"
-#include "dissect/count.hpp"
-#include "dissect/embedding.hpp"
-#include "dissect/init.hpp"
-#include "dissect/loss.hpp"
-#include "dissect/shape.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/accounting/count.hpp"
+#include "dissect/layers/embedding.hpp"
+#include "dissect/tensor/init.hpp"
+#include "dissect/training/loss.hpp"
+#include "dissect/core/shape.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect::examples {
 

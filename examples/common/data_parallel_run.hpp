@@ -27,8 +27,8 @@
 
 #include "common/char_lm.hpp"
 #include "common/cli.hpp"
-#include "dissect/embedding.hpp"
-#include "dissect/optim.hpp"
+#include "dissect/layers/embedding.hpp"
+#include "dissect/training/optim.hpp"
 
 #ifdef DISSECT_EXAMPLES_MPI
 #include <mpi.h>

@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/shape.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect::examples {
 

@@ -8,7 +8,7 @@
 //
 // An umbrella: each block has its own header in dissect/blocks/ (qkv_projection.hpp,
 // attention_output.hpp, feed_forward.hpp, gated_feed_forward.hpp) and this one includes all four,
-// so code that includes dissect/blocks.hpp keeps compiling. QKV alone is dissect/qkv.hpp.
+// so code that includes dissect/blocks.hpp keeps compiling. QKV alone is dissect/attention/qkv.hpp.
 #pragma once
 
 #include "dissect/blocks/attention_output.hpp"

@@ -3,5 +3,5 @@
 // before the split compiles unchanged; include the one you need.
 #pragma once
 
-#include "dissect/lora_linear.hpp"
+#include "dissect/layers/lora_linear.hpp"
 #include "dissect/transforms/lora.hpp"

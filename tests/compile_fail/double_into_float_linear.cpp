@@ -1,5 +1,5 @@
 // Must not compile: a Tensor<double> into a Linear<float> (reliability.md row 13).
-#include <dissect/linear.hpp>
+#include <dissect/layers/linear.hpp>
 int main() {
   dissect::Linear<float> layer(4, 3);
   dissect::Tensor<double, 2> x({2, 4});

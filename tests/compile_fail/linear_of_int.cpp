@@ -1,5 +1,5 @@
 // Must not compile: a Linear of integers (reliability.md row 13).
-#include <dissect/linear.hpp>
+#include <dissect/layers/linear.hpp>
 int main() {
   dissect::Linear<int> layer(4, 3);
 }

@@ -1,7 +1,7 @@
 // A consumer of dissect::io: if this builds, links and reads back what it wrote, the installed
 // package carries the I/O target and its dependency.
 #include <dissect/io/state_dict.hpp>
-#include <dissect/linear.hpp>
+#include <dissect/layers/linear.hpp>
 #include <filesystem>
 #include <iostream>
 

@@ -1,6 +1,6 @@
 // A consumer's first program: if this builds, links and prints the right layer, the way it
 // found dissect works.
-#include <dissect/linear.hpp>
+#include <dissect/layers/linear.hpp>
 #include <iostream>
 #include <sstream>
 

@@ -36,7 +36,7 @@ run("configure" ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${build})
 run("install without a build" ${CMAKE_COMMAND} --install ${build} --prefix ${prefix})
 
 # Nothing was built, and what a consumer needs is there.
-foreach(installed IN ITEMS include/dissect/linear.hpp share/cmake/dissect/dissectConfig.cmake
+foreach(installed IN ITEMS include/dissect/layers/linear.hpp share/cmake/dissect/dissectConfig.cmake
                            share/cmake/dissect/dissectTargets.cmake share/pkgconfig/dissect.pc)
   if(NOT EXISTS ${prefix}/${installed})
     message(FATAL_ERROR "readme_install: ${prefix}/${installed} was not installed")

@@ -8,7 +8,7 @@
 #include <span>
 
 #include "dissect/parallel/communicator.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/tensor/tensor.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect::testing {

@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "dissect/tensor.hpp"
+#include "dissect/tensor/tensor.hpp"
 #include "support/fixture.hpp"
 
 namespace dissect::testing {

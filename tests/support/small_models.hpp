@@ -7,10 +7,10 @@
 #include <random>
 #include <vector>
 
-#include "dissect/activation.hpp"
-#include "dissect/config.hpp"
-#include "dissect/linear.hpp"
-#include "dissect/sequential.hpp"
+#include "dissect/tensor/activation.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/sequential.hpp"
 
 namespace dissect::testing {
 

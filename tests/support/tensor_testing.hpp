@@ -17,9 +17,9 @@
 #include <omp.h>
 #endif
 
-#include "dissect/kernels.hpp"
+#include "dissect/kernels/linear_products.hpp"
 #include "dissect/quant/kernel_path.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/tensor/tensor.hpp"
 #include "support/sanitizers.hpp"
 
 namespace dissect::testing {

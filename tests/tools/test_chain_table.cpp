@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "dissect/config.hpp"
-#include "dissect/forward_chain.hpp"
-#include "dissect/shape_chain.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/accounting/forward_chain.hpp"
+#include "dissect/accounting/shape_chain.hpp"
 #include "support/tensor_testing.hpp"
 #include "tools/common/table.hpp"
 

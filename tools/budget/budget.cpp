@@ -4,7 +4,7 @@
 //   budget --params 7e9 --layers 32 --heads 32 --head-dim 128 --context 2048 --dtype fp16
 //          --gpu-memory 24GB --bandwidth 1.5TB/s --peak 300TFLOPS [--json]
 //
-// All arithmetic lives in dissect/budget.hpp and dissect/model_shape.hpp, value parsing in
+// All arithmetic lives in dissect/accounting/budget.hpp and dissect/accounting/model_shape.hpp, value parsing in
 // tools/common/parse.hpp; this file reads the flags (CLI11), builds the model, computes the whole
 // report and only then prints it, so an error never leaves half an output on stdout.
 // Exit status: 0 ok, 2 bad input, 1 anything else.
@@ -21,9 +21,9 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/budget.hpp"
-#include "dissect/config.hpp"
-#include "dissect/count.hpp"
+#include "dissect/accounting/budget.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/accounting/count.hpp"
 #include "tools/common/parse.hpp"
 #include "tools/common/table.hpp"
 

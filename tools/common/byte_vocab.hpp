@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/error.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect::tools {
 

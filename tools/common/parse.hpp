@@ -25,10 +25,10 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/budget.hpp"
-#include "dissect/config.hpp"
-#include "dissect/error.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/accounting/budget.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect::tools {
 

@@ -63,8 +63,8 @@
 #include <omp.h>
 #endif
 
-#include "dissect/budget.hpp"
-#include "dissect/count.hpp"
+#include "dissect/accounting/budget.hpp"
+#include "dissect/accounting/count.hpp"
 #include "dissect/io/checkpoint.hpp"
 #include "dissect/io/gguf_model_writer.hpp"
 #include "dissect/io/gguf_quantize.hpp"
@@ -1100,7 +1100,7 @@ int run(int argc, char** argv) {
   generate_command->add_option("--top-k", top_k, "an integer >= 0; 0: every token")
       ->capture_default_str();
   // The sampling flags of Hugging Face's generate (and OpenAI's two penalties), applied in HF's
-  // order: the penalties, then temperature, top-k, top-p, min-p (dissect/sampling.hpp).
+  // order: the penalties, then temperature, top-k, top-p, min-p (dissect/decoding/sampling.hpp).
   std::string top_p = "1", min_p = "0", repetition_penalty = "1", frequency_penalty = "0",
               presence_penalty = "0";
   generate_command

@@ -35,7 +35,7 @@
 #include <variant>
 #include <vector>
 
-#include "dissect/count.hpp"
+#include "dissect/accounting/count.hpp"
 #include "dissect/io/gguf.hpp"
 #include "dissect/io/gguf_model.hpp"
 #include "tools/common/table.hpp"

@@ -11,12 +11,12 @@
 #include <string_view>
 #include <type_traits>
 
-#include "dissect/error.hpp"
-#include "dissect/init.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/tensor/init.hpp"
 #include "dissect/io/gguf_weights.hpp"
 #include "dissect/io/open_model.hpp"
-#include "dissect/linear.hpp"
-#include "dissect/module.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/text/gguf_tokenizer.hpp"
 #include "tools/common/byte_vocab.hpp"
 #include "tools/dissect/gguf_commands.hpp"

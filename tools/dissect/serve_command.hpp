@@ -34,7 +34,7 @@
 #include <thread>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/json.hpp"
 #include "dissect/models/generate.hpp"
 #include "dissect/text/chat_template.hpp"

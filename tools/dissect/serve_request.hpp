@@ -17,9 +17,9 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/error.hpp"
-#include "dissect/sampling.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/decoding/sampling.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect::tools {
 

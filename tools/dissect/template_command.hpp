@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/json.hpp"
 #include "dissect/text/chat_template.hpp"
 #include "dissect/text/chat_template_gguf.hpp"

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/text/decode_stream.hpp"
 #include "dissect/text/gguf_tokenizer.hpp"
 #include "dissect/text/tokenizer_files.hpp"

@@ -13,12 +13,12 @@
 #include "dissect/blocks/detail/heads_block.hpp"
 #include "dissect/blocks/detail/packed_fusion.hpp"
 #include "dissect/blocks/detail/print_block.hpp"
-#include "dissect/config.hpp"
-#include "dissect/detail/heads.hpp"
-#include "dissect/error.hpp"
-#include "dissect/linear.hpp"
-#include "dissect/shape.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/tensor/detail/heads.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/core/shape.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
 

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "dissect/init.hpp"
-#include "dissect/linear.hpp"
+#include "dissect/tensor/init.hpp"
+#include "dissect/layers/linear.hpp"
 
 namespace dissect {
 

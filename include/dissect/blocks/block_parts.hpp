@@ -13,12 +13,12 @@
 #include <string_view>
 #include <utility>
 
-#include "dissect/activation.hpp"
-#include "dissect/error.hpp"
-#include "dissect/linear.hpp"
-#include "dissect/module.hpp"
-#include "dissect/shape.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/tensor/activation.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/module.hpp"
+#include "dissect/core/shape.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
 

@@ -22,21 +22,21 @@
 #include <vector>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
-#include "dissect/activation.hpp"
+#include "dissect/tensor/activation.hpp"
 #include "dissect/blocks/block_options.hpp"
 #include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/detail/moe_routing.hpp"
 #include "dissect/blocks/feed_forward.hpp"
 #include "dissect/blocks/gated_feed_forward.hpp"
-#include "dissect/config.hpp"
-#include "dissect/detail/enum_check.hpp"
-#include "dissect/error.hpp"
-#include "dissect/init.hpp"
-#include "dissect/linear.hpp"
-#include "dissect/module.hpp"
-#include "dissect/sequential.hpp"
-#include "dissect/shape.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/core/detail/enum_check.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/tensor/init.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/module.hpp"
+#include "dissect/tensor/sequential.hpp"
+#include "dissect/core/shape.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
 

@@ -15,13 +15,13 @@
 #include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/detail/heads_block.hpp"
 #include "dissect/blocks/detail/print_block.hpp"
-#include "dissect/config.hpp"
-#include "dissect/detail/heads.hpp"
-#include "dissect/init.hpp"
-#include "dissect/linear.hpp"
-#include "dissect/qkv.hpp"
-#include "dissect/shape.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/tensor/detail/heads.hpp"
+#include "dissect/tensor/init.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/attention/qkv.hpp"
+#include "dissect/core/shape.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
 

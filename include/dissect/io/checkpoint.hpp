@@ -18,11 +18,11 @@
 #include <vector>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/detail/json.hpp"
 #include "dissect/io/detail/mapped_file.hpp"
 #include "dissect/io/safetensors.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
 

@@ -15,11 +15,11 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/hf_config.hpp"
 #include "dissect/io/hf_names.hpp"
 #include "dissect/io/safetensors.hpp"
-#include "dissect/model_shape.hpp"
+#include "dissect/accounting/model_shape.hpp"
 #include "dissect/models/styles.hpp"
 
 namespace dissect {

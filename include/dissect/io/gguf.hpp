@@ -28,14 +28,14 @@
 #include <vector>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/detail/atomic_file.hpp"
 #include "dissect/io/detail/gguf_text.hpp"
 #include "dissect/io/detail/mapped_file.hpp"
 #include "dissect/quant/ggml_blocks.hpp"
 #include "dissect/quant/ggml_type.hpp"
-#include "dissect/shape.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/core/shape.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
 

@@ -33,8 +33,8 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/config.hpp"
-#include "dissect/error.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/gguf.hpp"
 #include "dissect/io/hf_config.hpp"
 

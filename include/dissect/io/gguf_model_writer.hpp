@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/gguf.hpp"
 #include "dissect/io/gguf_model.hpp"
 #include "dissect/io/gguf_weights.hpp"

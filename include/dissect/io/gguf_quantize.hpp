@@ -26,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/gguf.hpp"
 #include "dissect/io/gguf_model.hpp"
 

@@ -39,8 +39,8 @@
 #include <string>
 #include <string_view>
 
-#include "dissect/config.hpp"
-#include "dissect/error.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/models/styles.hpp"
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/io/detail/json.hpp"

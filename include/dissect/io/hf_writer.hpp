@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/hf_config.hpp"
 #include "dissect/io/hf_names.hpp"
 #include "dissect/io/safetensors.hpp"

@@ -21,13 +21,13 @@
 #include <vector>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
-#include "dissect/error.hpp"
-#include "dissect/freezing.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/tensor/freezing.hpp"
 #include "dissect/io/detail/json.hpp"
 #include "dissect/io/safetensors.hpp"
-#include "dissect/linear.hpp"
-#include "dissect/lora_adapter.hpp"
-#include "dissect/module.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/layers/lora_adapter.hpp"
+#include "dissect/tensor/module.hpp"
 
 namespace dissect {
 

@@ -21,8 +21,8 @@
 #include <string>
 #include <string_view>
 
-#include "dissect/config.hpp"
-#include "dissect/freezing.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/tensor/freezing.hpp"
 #include "dissect/io/checkpoint.hpp"
 #include "dissect/io/checkpoint_fit.hpp"
 #include "dissect/io/hf_config.hpp"

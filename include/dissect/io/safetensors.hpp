@@ -26,15 +26,15 @@
 #include <vector>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
-#include "dissect/detail/enum_check.hpp"
-#include "dissect/dtype.hpp"
-#include "dissect/error.hpp"
+#include "dissect/core/detail/enum_check.hpp"
+#include "dissect/core/dtype.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/detail/atomic_file.hpp"
 #include "dissect/io/detail/json.hpp"
 #include "dissect/io/detail/mapped_file.hpp"
 #include "dissect/io/detail/stored_dtype.hpp"
-#include "dissect/shape.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/core/shape.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
 

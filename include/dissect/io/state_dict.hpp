@@ -25,12 +25,12 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
-#include "dissect/init.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/tensor/init.hpp"
 #include "dissect/io/checkpoint.hpp"
 #include "dissect/io/safetensors.hpp"
-#include "dissect/module.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/tensor/module.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect {
 

@@ -38,14 +38,14 @@
 #include <vector>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
-#include "dissect/error.hpp"
-#include "dissect/init.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/tensor/init.hpp"
 #include "dissect/io/detail/json.hpp"
 #include "dissect/io/safetensors.hpp"
 #include "dissect/io/state_dict.hpp"
-#include "dissect/module.hpp"
-#include "dissect/optim.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/tensor/module.hpp"
+#include "dissect/training/optim.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
 

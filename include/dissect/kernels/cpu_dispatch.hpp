@@ -19,8 +19,8 @@
 #endif
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
-#include "dissect/detail/enum_check.hpp"
-#include "dissect/error.hpp"
+#include "dissect/core/detail/enum_check.hpp"
+#include "dissect/core/error.hpp"
 
 namespace dissect {
 

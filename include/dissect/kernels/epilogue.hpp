@@ -5,8 +5,8 @@
 
 #include <optional>
 
-#include "dissect/activation.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/tensor/activation.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect {
 

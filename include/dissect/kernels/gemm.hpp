@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/kernels/compile_once.hpp"
 #include "dissect/kernels/cpu_dispatch.hpp"
 #include "dissect/kernels/detail/gemm_avx2.hpp"
@@ -22,7 +22,7 @@
 #include "dissect/kernels/detail/gemm_portable.hpp"
 #include "dissect/kernels/epilogue.hpp"
 #include "dissect/kernels/packed_weight.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/core/shape.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>

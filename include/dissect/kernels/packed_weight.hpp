@@ -16,9 +16,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dissect/error.hpp"
-#include "dissect/shape.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
 

@@ -39,8 +39,8 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/error.hpp"
-#include "dissect/loss.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/training/loss.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/models/generate.hpp"
 

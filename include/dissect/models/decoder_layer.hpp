@@ -21,23 +21,23 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/attention.hpp"
+#include "dissect/attention/attention.hpp"
 #include "dissect/blocks/attention_output.hpp"
 #include "dissect/blocks/feed_forward.hpp"
 #include "dissect/blocks/gated_feed_forward.hpp"
 #include "dissect/blocks/mixture_of_experts.hpp"
 #include "dissect/blocks/qkv_projection.hpp"
-#include "dissect/config.hpp"
-#include "dissect/flash_attention.hpp"
-#include "dissect/forward_stages.hpp"
-#include "dissect/kv_cache.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/attention/flash_attention.hpp"
+#include "dissect/core/forward_stages.hpp"
+#include "dissect/attention/kv_cache.hpp"
 #include "dissect/models/styles.hpp"
-#include "dissect/module.hpp"
-#include "dissect/norm.hpp"
-#include "dissect/paged_kv_cache.hpp"
-#include "dissect/rolling_kv_cache.hpp"
-#include "dissect/rope.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/tensor/module.hpp"
+#include "dissect/layers/norm.hpp"
+#include "dissect/attention/paged_kv_cache.hpp"
+#include "dissect/attention/rolling_kv_cache.hpp"
+#include "dissect/layers/rope.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
 

@@ -22,17 +22,17 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/embedding.hpp"
-#include "dissect/init.hpp"
-#include "dissect/kernels.hpp"
-#include "dissect/kv_cache.hpp"
-#include "dissect/linear.hpp"
-#include "dissect/loss.hpp"
+#include "dissect/layers/embedding.hpp"
+#include "dissect/tensor/init.hpp"
+#include "dissect/kernels/linear_products.hpp"
+#include "dissect/attention/kv_cache.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/training/loss.hpp"
 #include "dissect/models/decoder_layer.hpp"
-#include "dissect/module.hpp"
-#include "dissect/paged_kv_cache.hpp"
-#include "dissect/rope.hpp"
-#include "dissect/sequential.hpp"
+#include "dissect/tensor/module.hpp"
+#include "dissect/attention/paged_kv_cache.hpp"
+#include "dissect/layers/rope.hpp"
+#include "dissect/tensor/sequential.hpp"
 
 namespace dissect {
 

@@ -32,11 +32,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "dissect/error.hpp"
-#include "dissect/init.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/tensor/init.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/models/generate.hpp"
-#include "dissect/sampling.hpp"
+#include "dissect/decoding/sampling.hpp"
 
 namespace dissect {
 

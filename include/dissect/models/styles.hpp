@@ -12,9 +12,9 @@
 
 #include <string_view>
 
-#include "dissect/activation.hpp"
-#include "dissect/config.hpp"
-#include "dissect/error.hpp"
+#include "dissect/tensor/activation.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/core/error.hpp"
 
 namespace dissect {
 

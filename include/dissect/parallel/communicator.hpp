@@ -34,8 +34,8 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect::parallel {
 

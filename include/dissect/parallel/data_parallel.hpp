@@ -26,10 +26,10 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
-#include "dissect/optim.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/training/optim.hpp"
 #include "dissect/parallel/communicator.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect::parallel {
 

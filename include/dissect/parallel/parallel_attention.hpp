@@ -18,19 +18,19 @@
 #include <string_view>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
-#include "dissect/attention.hpp"
+#include "dissect/attention/attention.hpp"
 #include "dissect/blocks/attention_output.hpp"
 #include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/qkv_projection.hpp"
-#include "dissect/config.hpp"
-#include "dissect/detail/heads.hpp"
-#include "dissect/error.hpp"
-#include "dissect/module.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/tensor/detail/heads.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/parallel/communicator.hpp"
 #include "dissect/parallel/parallel_feed_forward.hpp"
 #include "dissect/parallel/parallel_linear.hpp"
-#include "dissect/rope.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/layers/rope.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect::parallel {
 

@@ -27,17 +27,17 @@
 #include <vector>
 
 #include "dissect/blocks/block_parts.hpp"
-#include "dissect/config.hpp"
-#include "dissect/error.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/safetensors.hpp"
 #include "dissect/models/decoder_layer.hpp"
-#include "dissect/module.hpp"
-#include "dissect/norm.hpp"
+#include "dissect/tensor/module.hpp"
+#include "dissect/layers/norm.hpp"
 #include "dissect/parallel/communicator.hpp"
 #include "dissect/parallel/parallel_blocks.hpp"
 #include "dissect/parallel/parallel_linear.hpp"
-#include "dissect/rope.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/layers/rope.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect::parallel {
 

@@ -15,16 +15,16 @@
 #include <optional>
 #include <string_view>
 
-#include "dissect/activation.hpp"
+#include "dissect/tensor/activation.hpp"
 #include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/feed_forward.hpp"
 #include "dissect/blocks/gated_feed_forward.hpp"
-#include "dissect/config.hpp"
-#include "dissect/error.hpp"
-#include "dissect/module.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/parallel/communicator.hpp"
 #include "dissect/parallel/parallel_linear.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect::parallel {
 

@@ -26,11 +26,11 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/error.hpp"
-#include "dissect/linear.hpp"
-#include "dissect/module.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/parallel/communicator.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect::parallel {
 

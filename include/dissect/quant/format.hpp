@@ -14,9 +14,9 @@
 #include <string_view>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
-#include "dissect/detail/enum_check.hpp"
-#include "dissect/dtype.hpp"
-#include "dissect/error.hpp"
+#include "dissect/core/detail/enum_check.hpp"
+#include "dissect/core/dtype.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/quant/ggml_type.hpp"
 
 namespace dissect {

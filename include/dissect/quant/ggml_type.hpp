@@ -15,8 +15,8 @@
 #include <string>
 #include <string_view>
 
-#include "dissect/error.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect {
 

@@ -8,7 +8,7 @@
 
 #include "dissect/kernels/cpu_dispatch.hpp"
 #include "dissect/quant/format.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect::quant {
 

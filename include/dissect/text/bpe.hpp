@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/text/byte_level.hpp"
 #include "dissect/text/normalized_text.hpp"
 #include "dissect/text/utf8.hpp"

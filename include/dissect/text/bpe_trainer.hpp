@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/text/added_tokens.hpp"
 #include "dissect/text/byte_level.hpp"
 #include "dissect/text/pre_tokenizer.hpp"

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/text/byte_level.hpp"
 #include "dissect/text/regex.hpp"
 #include "dissect/text/utf8.hpp"

@@ -30,7 +30,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/gguf.hpp"
 #include "dissect/text/regex.hpp"
 #include "dissect/text/tokenizer.hpp"

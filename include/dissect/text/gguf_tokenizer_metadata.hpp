@@ -35,7 +35,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/gguf.hpp"
 #include "dissect/io/json.hpp"
 

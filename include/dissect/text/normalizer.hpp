@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/text/normalized_text.hpp"
 #include "dissect/text/regex.hpp"
 

@@ -23,7 +23,7 @@
 #include <string>
 #include <string_view>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/text/utf8.hpp"
 
 namespace dissect::text {

@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/json.hpp"
 #include "dissect/text/added_tokens.hpp"
 #include "dissect/text/bpe.hpp"

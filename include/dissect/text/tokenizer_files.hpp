@@ -10,7 +10,7 @@
 #include <sstream>
 #include <string>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/json.hpp"
 #include "dissect/text/tokenizer.hpp"
 

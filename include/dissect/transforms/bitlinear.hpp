@@ -18,9 +18,9 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
-#include "dissect/linear.hpp"
-#include "dissect/module.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/transforms/lora.hpp"
 
 namespace dissect {

@@ -13,12 +13,12 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/error.hpp"
-#include "dissect/freezing.hpp"
-#include "dissect/linear.hpp"
-#include "dissect/lora_adapter.hpp"
-#include "dissect/module.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/tensor/freezing.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/layers/lora_adapter.hpp"
+#include "dissect/tensor/module.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "dissect/linear.hpp"
-#include "dissect/module.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/quant/weight_format.hpp"
 
 namespace dissect {

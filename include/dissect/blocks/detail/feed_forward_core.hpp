@@ -20,18 +20,18 @@
 #include <type_traits>
 #include <utility>
 
-#include "dissect/activation.hpp"
+#include "dissect/tensor/activation.hpp"
 #include "dissect/blocks/block_options.hpp"
 #include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/detail/packed_fusion.hpp"
-#include "dissect/config.hpp"
-#include "dissect/error.hpp"
-#include "dissect/init.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/tensor/init.hpp"
 #include "dissect/kernels/packed_weight.hpp"
-#include "dissect/linear.hpp"
-#include "dissect/module.hpp"
-#include "dissect/shape.hpp"
-#include "dissect/tensor.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/module.hpp"
+#include "dissect/core/shape.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect::detail {
 

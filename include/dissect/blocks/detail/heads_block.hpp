@@ -14,12 +14,12 @@
 #include <type_traits>
 
 #include "dissect/blocks/block_options.hpp"
-#include "dissect/config.hpp"
-#include "dissect/detail/heads.hpp"
-#include "dissect/error.hpp"
-#include "dissect/linear.hpp"
-#include "dissect/module.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/tensor/detail/heads.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/module.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect::detail {
 

@@ -13,7 +13,7 @@
 
 #include <cmath>
 
-#include "dissect/shape.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect::detail {
 

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <utility>
 
-#include "dissect/shape.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect {
 

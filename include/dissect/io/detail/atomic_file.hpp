@@ -38,7 +38,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/detail/mapped_file.hpp"
 
 namespace dissect::io {

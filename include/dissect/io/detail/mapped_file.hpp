@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 
 namespace dissect::detail {
 

@@ -22,10 +22,10 @@
 #include <string_view>
 #include <tuple>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/detail/json.hpp"
 #include "dissect/io/detail/stored_dtype.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect {
 

@@ -23,9 +23,9 @@
 #include <string_view>
 #include <type_traits>
 
-#include "dissect/dtype.hpp"
+#include "dissect/core/dtype.hpp"
 #include "dissect/numeric/half.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect::detail {
 

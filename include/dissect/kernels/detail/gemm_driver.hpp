@@ -27,7 +27,7 @@
 
 #include "dissect/kernels/epilogue.hpp"
 #include "dissect/kernels/packed_weight.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/core/shape.hpp"
 
 #if defined(__linux__)
 #include <unistd.h>

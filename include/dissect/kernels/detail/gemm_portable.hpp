@@ -12,7 +12,7 @@
     "dissect/kernels/detail/gemm_portable.hpp is private to dissect: include dissect/kernels/gemm.hpp instead"
 #endif
 
-#include "dissect/activation.hpp"
+#include "dissect/tensor/activation.hpp"
 #include "dissect/kernels/detail/gemm_driver.hpp"
 
 namespace dissect::kernels::detail {

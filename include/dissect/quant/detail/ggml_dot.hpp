@@ -46,7 +46,7 @@
 #include <cstring>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/kernels/compile_once.hpp"
 #include "dissect/quant/detail/ggml_block_codecs.hpp"
 #include "dissect/quant/detail/quant_tiles.hpp"
@@ -54,7 +54,7 @@
 #include "dissect/quant/ggml_blocks.hpp"
 #include "dissect/quant/ggml_type.hpp"
 #include "dissect/quant/kernel_path.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect::quant::detail {
 

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "dissect/shape.hpp"
+#include "dissect/core/shape.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>

@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/text/detail/jinja_lexer.hpp"
 #include "dissect/text/detail/jinja_value.hpp"
 

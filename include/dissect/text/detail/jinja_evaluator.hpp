@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/text/detail/jinja_ast.hpp"
 #include "dissect/text/detail/jinja_builtins.hpp"
 #include "dissect/text/detail/jinja_filters.hpp"

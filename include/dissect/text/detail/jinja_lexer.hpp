@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/text/utf8.hpp"
 
 namespace dissect::text::detail::jinja {

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/text/detail/jinja_ast.hpp"
 #include "dissect/text/detail/jinja_lexer.hpp"
 

@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/text/utf8.hpp"
 
 namespace dissect::text::detail::jinja {

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/io/json.hpp"
 
 namespace dissect::text::detail {

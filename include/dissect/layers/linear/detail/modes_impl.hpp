@@ -1,4 +1,4 @@
-// dissect/linear/detail/modes_impl.hpp — private: do not include directly (dissect/linear.hpp
+// dissect/layers/linear/detail/modes_impl.hpp — private: do not include directly (dissect/layers/linear.hpp
 // includes it at its end, after the class).
 //
 // The out-of-line definitions of Linear's modes, which change what backward may train and how
@@ -6,12 +6,12 @@
 // bitlinear mode, which excludes the last three, is in bitlinear_impl.hpp). Each keeps
 // weight_generation() moving whenever W or its storage changes, which is what a block that packs
 // several layers together checks. The class itself, its shape contracts and the forward and
-// backward products are in dissect/linear.hpp.
+// backward products are in dissect/layers/linear.hpp.
 #pragma once
 
 #ifndef DISSECT_PUBLIC_HEADER
 #error \
-    "dissect/linear/detail/modes_impl.hpp is private to dissect: include dissect/linear.hpp instead"
+    "dissect/layers/linear/detail/modes_impl.hpp is private to dissect: include dissect/layers/linear.hpp instead"
 #endif
 
 #include <optional>
@@ -19,10 +19,10 @@
 #include <type_traits>
 #include <utility>
 
-#include "dissect/error.hpp"
-#include "dissect/lora_adapter.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/layers/lora_adapter.hpp"
 #include "dissect/quant/weight_format.hpp"
-#include "dissect/shape.hpp"
+#include "dissect/core/shape.hpp"
 
 namespace dissect {
 

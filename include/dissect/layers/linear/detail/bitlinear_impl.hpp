@@ -1,4 +1,4 @@
-// dissect/linear/detail/bitlinear_impl.hpp — private: do not include directly (dissect/linear.hpp
+// dissect/layers/linear/detail/bitlinear_impl.hpp — private: do not include directly (dissect/layers/linear.hpp
 // includes it at its end, after the class).
 //
 // Linear's bitlinear mode: BitNet b1.58's quantised product and its straight-through backward.
@@ -11,14 +11,14 @@
 
 #ifndef DISSECT_PUBLIC_HEADER
 #error \
-    "dissect/linear/detail/bitlinear_impl.hpp is private to dissect: include dissect/linear.hpp instead"
+    "dissect/layers/linear/detail/bitlinear_impl.hpp is private to dissect: include dissect/layers/linear.hpp instead"
 #endif
 
 #include <Eigen/Core>
 #include <optional>
 
-#include "dissect/error.hpp"
-#include "dissect/kernels.hpp"
+#include "dissect/core/error.hpp"
+#include "dissect/kernels/linear_products.hpp"
 #include "dissect/quant/bitnet.hpp"
 
 namespace dissect {

@@ -1,4 +1,4 @@
-// dissect/detail/panelled_gemm.hpp — private: do not include directly (kernels.hpp does).
+// dissect/tensor/detail/panelled_gemm.hpp — private: do not include directly (kernels.hpp does).
 //
 // Every product in the library goes through panelled_product, which cuts the destination's
 // columns into panels before handing each to Eigen. The panels serve two ends: they keep Eigen's
@@ -8,12 +8,12 @@
 
 #ifndef DISSECT_PUBLIC_HEADER
 #error \
-    "dissect/detail/panelled_gemm.hpp is private to dissect: include any public dissect header (they share it) instead"
+    "dissect/tensor/detail/panelled_gemm.hpp is private to dissect: include any public dissect header (they share it) instead"
 #endif
 
 #include <algorithm>
 
-#include "dissect/shape.hpp"
+#include "dissect/core/shape.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>

@@ -1,4 +1,4 @@
-// dissect/detail/portable_math.hpp — private: do not include directly (dissect/init.hpp does).
+// dissect/core/detail/portable_math.hpp — private: do not include directly (dissect/tensor/init.hpp does).
 //
 // A natural logarithm built only from IEEE operations that are correctly rounded everywhere
 // (frexp, +, −, ×, ÷, fma), so the normal samples in init.hpp are the same bits on every
@@ -7,7 +7,7 @@
 
 #ifndef DISSECT_PUBLIC_HEADER
 #error \
-    "dissect/detail/portable_math.hpp is private to dissect: include any public dissect header (they share it) instead"
+    "dissect/core/detail/portable_math.hpp is private to dissect: include any public dissect header (they share it) instead"
 #endif
 
 #include <cmath>

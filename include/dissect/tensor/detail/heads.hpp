@@ -1,4 +1,4 @@
-// dissect/detail/heads.hpp — private: do not include directly (dissect/blocks.hpp does).
+// dissect/tensor/detail/heads.hpp — private: do not include directly (dissect/blocks.hpp does).
 //
 // Moves per-head data between the token-major layout a Linear produces — rows [B, T, width]
 // in which head h of a group owns columns column + h·d_k … column + (h+1)·d_k − 1 — and the
@@ -8,12 +8,12 @@
 
 #ifndef DISSECT_PUBLIC_HEADER
 #error \
-    "dissect/detail/heads.hpp is private to dissect: include any public dissect header (they share it) instead"
+    "dissect/tensor/detail/heads.hpp is private to dissect: include any public dissect header (they share it) instead"
 #endif
 
 #include <algorithm>
 
-#include "dissect/tensor.hpp"
+#include "dissect/tensor/tensor.hpp"
 
 namespace dissect::detail {
 

@@ -1,4 +1,4 @@
-// dissect/detail/enum_check.hpp — PRIVATE: do not include directly (config.hpp, init.hpp,
+// dissect/core/detail/enum_check.hpp — PRIVATE: do not include directly (config.hpp, init.hpp,
 // activation.hpp and budget.hpp do).
 //
 // One way to validate an enum that came from outside (a cast int, a file): its value must index
@@ -7,7 +7,7 @@
 
 #ifndef DISSECT_PUBLIC_HEADER
 #error \
-    "dissect/detail/enum_check.hpp is private to dissect: include any public dissect header (they share it) instead"
+    "dissect/core/detail/enum_check.hpp is private to dissect: include any public dissect header (they share it) instead"
 #endif
 
 #include <array>
@@ -17,7 +17,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "dissect/error.hpp"
+#include "dissect/core/error.hpp"
 
 namespace dissect::detail {
 
