@@ -391,7 +391,7 @@ struct DissectGemm : GemmFixture {
   explicit DissectGemm(const GemmCase& c) : GemmFixture(c), threads(c.threads) {
     for (std::size_t i = 0; i < copies; ++i) packed.emplace_back(w.data(), n, k, k);
     run(0);
-    label = "packed_matmul, " + std::string(quant::kernel_path_name(gemm_kernel_path())) + " path";
+    label = "packed_matmul, " + std::string(kernel_path_name(gemm_kernel_path())) + " path";
     check("gemm/dissect");
   }
   void run(std::size_t i) {
@@ -722,7 +722,7 @@ struct TrainFixture : Fixture {
         dx({c.m, c.k()}) {
     run();  // dW = dyᵀ·x exactly once: the gradients start at zero
     label = "Linear<float>::forward_into + backward_into, " +
-            std::string(quant::kernel_path_name(gemm_kernel_path())) + " path";
+            std::string(kernel_path_name(gemm_kernel_path())) + " path";
     check(c);
   }
   void run() {
@@ -813,7 +813,7 @@ void bench_train(benchmark::State& state, GemmCase c, bool with_churn) {
 void print_gemm_context() {
   std::printf("bench_gemm\n");
   std::printf("  dissect GEMM path  %s (gemm_kernel_path())\n",
-              std::string(quant::kernel_path_name(gemm_kernel_path())).c_str());
+              std::string(kernel_path_name(gemm_kernel_path())).c_str());
   if (fma_peak.at(1) > 0) {
     std::printf("  fp32 FMA peak      %.1f GFLOP/s on 1 thread", fma_peak.at(1) / 1e9);
     if (fma_peak.at(2) > 0) std::printf(", %.1f on 2", fma_peak.at(2) / 1e9);

@@ -157,7 +157,7 @@ void report(benchmark::State& state, const Case& c, const std::string& what) {
   set_flops(state, 2.0 * double(c.tokens) * (active + double(s.d_model) * double(s.n_experts)));
   if (c.tokens == 1) set_weight_bytes(state, double(s.top_k) * expert_bytes(s));
   state.SetLabel(context_label(c.threads) + ", " + what + ", packed_matmul " +
-                 std::string(quant::kernel_path_name(gemm_kernel_path())) + " path");
+                 std::string(kernel_path_name(gemm_kernel_path())) + " path");
 }
 
 /// Expert rows of this input: how many experts ran and the largest group.

@@ -1,5 +1,5 @@
-// dissect/layers/bit_linear.hpp — BitLinear<Scalar>: BitNet b1.58's linear layer, ternary weights and
-// int8 activations, trained with the straight-through estimator.
+// dissect/layers/bit_linear.hpp — BitLinear<Scalar>: BitNet b1.58's linear layer, ternary weights
+// and int8 activations, trained with the straight-through estimator.
 //
 // Source: Ma et al., "The Era of 1-bit LLMs: All Large Language Models are in 1.58 Bits" (arXiv
 // 2402.17764) and Microsoft's "The Era of 1-bit LLMs: Training Tips, Code and FAQ"
@@ -26,6 +26,13 @@
 // max is NaN/Inf, as in torch) and, through dW's sum over tokens, all of dW; NaN or ±Inf in W
 // makes every output NaN.
 //
+// Which door: BitLinear is the paper's layer, the RMSNorm and the ternary product together, for
+// a model written with it. To put an existing model's Linear layers in the same arithmetic, use
+// Linear::set_bitlinear (defined here) or use_bitlinear for a whole model; BitLinear is that mode
+// plus its norm, not a second implementation. BitNet's files, by layer: quant/bitnet.hpp (the
+// quantisers), this header (the layer and Linear's mode), transforms/bitlinear.hpp (a model),
+// and quant/ggml_type.hpp's tq2_0 (its GGUF storage).
+//
 // A whole model trains with ternary weights without a new model type: use_bitlinear
 // (transforms/bitlinear.hpp) puts its Linear layers in the same arithmetic without the norm
 // (Linear::set_bitlinear), where the blocks' own pre-norms already normalise most inputs.
@@ -38,13 +45,15 @@
 #include <ostream>
 #include <utility>
 
+#define DISSECT_PUBLIC_HEADER  // the detail/ header below checks it (docs/architecture.md)
 #include "dissect/accounting/config.hpp"
 #include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/layers/linear.hpp"
-#include "dissect/tensor/module.hpp"
+#include "dissect/layers/linear/detail/bitlinear_impl.hpp"
 #include "dissect/layers/norm.hpp"
 #include "dissect/quant/bitnet.hpp"
-#include "dissect/core/shape.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {

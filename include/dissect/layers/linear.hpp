@@ -1,4 +1,5 @@
-// dissect/layers/linear.hpp — Linear<Scalar>: y = x·Wᵀ + b with W [out, in], exactly like nn.Linear.
+// dissect/layers/linear.hpp — Linear<Scalar>: y = x·Wᵀ + b with W [out, in], exactly like
+// nn.Linear.
 //
 // The layer owns its parameters and their gradients and hands out fixed-shape views of them
 // (a module: see module.hpp). It checks every shape and every alias with its own buffers at the
@@ -8,8 +9,16 @@
 // any number of threads at once (concurrent backward() into the same gradients is not safe).
 //
 // A layer can be frozen (no gradient buffers, dx-only backward) and can carry a LoRA adapter
-// (lora_adapter.hpp): y = x·Wᵀ + b + (α/r)·(x·Aᵀ)·Bᵀ with W frozen, which is how whole models are
-// adapted without changing their type (lora.hpp applies adapters by name).
+// (layers/lora_adapter.hpp): y = x·Wᵀ + b + (α/r)·(x·Aᵀ)·Bᵀ with W frozen, which is how whole
+// models are adapted without changing their type (transforms/lora.hpp applies adapters by name).
+//
+// Pay for what you include: this header gives the float and double layer with its gradients and
+// packing, and needs only the core and the float kernels. The modes whose code is large live in
+// their own headers, which define the members below that switch them on: adapters in
+// layers/lora_adapter.hpp, low-precision storage in layers/quantized_linear.hpp, BitNet in
+// layers/bit_linear.hpp. A unit that calls such a member without the header stops at compile
+// time naming it; forward and backward reach a mode's code through LinearModeCalls, set when the
+// mode is switched on, so a unit that never switches one on never compiles it.
 //
 // A float layer can be packed for inference (pack()): W is also laid out once in the order the
 // GEMM micro-kernels read it (kernels/packed_weight.hpp), so forward neither repacks it per call
@@ -27,6 +36,7 @@
 // set_bitlinear: BitNet b1.58's quantised product, trained straight through (bit_linear.hpp).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -35,16 +45,16 @@
 #include <utility>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
-#include "dissect/tensor/detail/panelled_gemm.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/init.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/kernels/linear_products.hpp"
 #include "dissect/kernels/packed_weight.hpp"
+#include "dissect/layers/linear/detail/boxed.hpp"
 #include "dissect/layers/linear/weight_storage.hpp"
-#include "dissect/layers/lora_adapter.hpp"
+#include "dissect/quant/format.hpp"
+#include "dissect/tensor/detail/panelled_gemm.hpp"
+#include "dissect/tensor/init.hpp"
 #include "dissect/tensor/module.hpp"
-#include "dissect/quant/weight_format.hpp"
-#include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
@@ -57,6 +67,54 @@ struct LinearOptions {
   /// Seed of the layer's own generator; when empty, the next of the sequence manual_seed() sets.
   std::optional<std::uint64_t> seed = std::nullopt;
 };
+
+struct LoRAOptions;  // layers/lora_adapter.hpp
+template <class Scalar>
+class LoRAAdapter;
+template <class Scalar>
+class LoRAMerge;
+template <class Scalar>
+class Linear;
+
+namespace detail {
+// Defined by the headers of the modes (each a friend of Linear): layers/lora_adapter.hpp,
+// layers/quantized_linear.hpp, layers/bit_linear.hpp.
+template <class Scalar>
+struct LinearLoRADoor;
+template <class Scalar>
+struct LinearQuantizedDoor;
+template <class Scalar>
+struct LinearBitNetDoor;
+
+/// A matrix parameter of a mode (an adapter's A or B) as the module protocol visits it.
+template <class Scalar>
+struct ModeParameter {
+  const char* module;  ///< "lora_A": visited as "lora_A.weight"
+  TensorView<Scalar, 2> value;
+  TensorView<Scalar, 2> grad;
+};
+
+/// What forward, backward and the module protocol call of a mode whose code linear.hpp does not
+/// include; the mode's header fills one per Scalar and the layer points at it while the mode is
+/// on. A product mode (quantised storage, BitNet) replaces x·Wᵀ + b; an adapter adds to it.
+template <class Scalar>
+struct LinearModeCalls {
+  /// Product mode: y = x·Wᵀ + b its way. Adapter: y += its term.
+  void (*forward)(const Linear<Scalar>&, const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> y);
+  /// Product mode: the whole backward, or nullptr for the frozen dense one (dx = dy·Ŵ).
+  /// Adapter: adds its gradients (and its dx term when dx is given).
+  void (*backward)(Linear<Scalar>&, const ConstMatrixRef<Scalar>& x,
+                   const ConstMatrixRef<Scalar>& dy, std::optional<MatrixRef<Scalar>> dx);
+  /// For messages and operator<<: the format ("q4_0 [3072, 768]"), or ", lora_rank=…".
+  std::string (*describe)(const Linear<Scalar>&);
+  /// Product mode: bytes of W as forward reads it, or nullptr (out·in·sizeof(Scalar)).
+  index_t (*weight_bytes)(const Linear<Scalar>&);
+  /// Adapter: whether forward adds a term now (unmerged, or merged and changed since).
+  bool (*adds_to_forward)(const Linear<Scalar>&);
+  /// Adapter: its parameters (lora_A, lora_B), for for_each_parameter.
+  std::array<ModeParameter<Scalar>, 2> (*parameters)(const Linear<Scalar>&);
+};
+}  // namespace detail
 
 /// What Linear::set_quantized_weight does with the float W: rewrite it as Ŵ (keep), or free it
 /// (release: Linear::release_dense_weight).
@@ -128,16 +186,20 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// (α/r)·(x·Aᵀ)·Bᵀ and backward trains A and B only. Returns the adapter.
   /// @throws Error if the layer already has one; ConfigError for bad options; ShapeError if a
   ///         given adapter is not in → out.
-  LoRAAdapter<Scalar>& attach_adapter(LoRAOptions options = {});
-  LoRAAdapter<Scalar>& attach_adapter(LoRAAdapter<Scalar> adapter);
-  bool has_adapter() const { return adapter_.has_value(); }
+  LoRAAdapter<Scalar>& attach_adapter(detail::dependent_t<LoRAOptions, Scalar> options = {}) {
+    return lora_door().attach(*this, std::move(options));
+  }
+  LoRAAdapter<Scalar>& attach_adapter(LoRAAdapter<Scalar> adapter) {
+    return lora_door().attach_given(*this, std::move(adapter));
+  }
+  bool has_adapter() const { return static_cast<bool>(adapter_); }
   /// @throws Error if the layer has no adapter.
   LoRAAdapter<Scalar>& adapter() { return with_adapter("adapter"); }
   const LoRAAdapter<Scalar>& adapter() const { return with_adapter("adapter"); }
   /// Removes the adapter and returns it. If it was merged, W keeps the update of A and B as they
   /// are now (PEFT's merge_and_unload); otherwise W is the base again. The layer stays frozen.
   /// @throws Error if the layer has no adapter.
-  LoRAAdapter<Scalar> detach_adapter();
+  LoRAAdapter<Scalar> detach_adapter() { return lora_door().detach(*this); }
   /// W += (α/r)·B·A, after which forward skips the adapter (one GEMM, the speed of the base);
   /// unmerge subtracts it again. W after unmerge differs from the original by the rounding of
   /// the two additions, at most 2·u·(|W| + |ΔW|) per entry. A merged layer refuses backward,
@@ -146,24 +208,31 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// (LoRAMerge), forward adds the change since, and unmerge takes out exactly what merge put in.
   /// @throws Error if there is no adapter, it is already merged (unmerge: not merged), or W is
   ///         trainable (an optimizer would move the merged weight): freeze the layer first.
-  void merge_adapter();
-  void unmerge_adapter();
-  bool adapter_merged() const { return merge_.has_value(); }
+  void merge_adapter() { lora_door().merge(*this); }
+  void unmerge_adapter() { lora_door().unmerge(*this); }
+  bool adapter_merged() const { return static_cast<bool>(merge_); }
   /// Whether forward adds an adapter's term to x·Wᵀ + b: an unmerged adapter, or a merged one
   /// whose A or B changed since the merge. Otherwise forward is the product with W alone.
-  bool adapter_adds_to_forward() const { return adapter_ && (!merge_ || merge_->stale(*adapter_)); }
+  bool adapter_adds_to_forward() const {
+    return adapter_ && adapter_calls_->adds_to_forward(*this);
+  }
 
   /// Stores W as `format` (a float layer only): forward runs on the quantised weights, W becomes
   /// Ŵ and the layer is frozen. A layer with an unmerged adapter keeps it (QLoRA).
   /// @throws as QuantizedWeight::quantize (nothing changes); Error if the layer is already
   ///         quantised or its adapter is merged.
-  void quantize(WeightFormat format) requires std::is_same_v<Scalar, float>;
+  void quantize(WeightFormat format) requires std::is_same_v<Scalar, float> {
+    quantized_door().quantize(*this, format);
+  }
   /// As quantize, from weights already quantised (a file's). @throws ShapeError if `weight` is
   /// not [out, in]; Error as quantize.
   /// With DenseCopy::release, W is freed instead of becoming Ŵ (see release_dense_weight): a
   /// loader's way to build a quantised layer whose float weight never exists.
-  void set_quantized_weight(QuantizedWeight weight, DenseCopy dense = DenseCopy::keep) requires
-      std::is_same_v<Scalar, float>;
+  void set_quantized_weight(
+      detail::dependent_t<QuantizedWeight, Scalar> weight,
+      DenseCopy dense = DenseCopy::keep) requires std::is_same_v<Scalar, float> {
+    quantized_door().set(*this, std::move(weight), dense);
+  }
   bool quantized() const { return storage_.quantized() != nullptr; }
   /// Frees W of a quantised layer, for inference: forward reads the quantised weight alone, so
   /// a model's float copy of its weights (4× a q8_0 model, 7× a q4_0 one) goes. From then on the
@@ -171,13 +240,18 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// its bias only), weight() throws, and dequantize, backward and attach_adapter refuse;
   /// in_features, out_features, weight_bytes and forward are unchanged. For good.
   /// @throws Error if the layer is not quantised.
-  void release_dense_weight() requires std::is_same_v<Scalar, float>;
+  void release_dense_weight() requires std::is_same_v<Scalar, float> {
+    quantized_door().release_dense(*this);
+  }
   bool dense_weight_released() const { return released_; }
   /// @throws Error if the layer is not quantised.
-  const QuantizedWeight& quantized_weight() const;
+  const QuantizedWeight& quantized_weight() const {
+    if (!quantized()) throw Error("Linear::quantized_weight: the layer is not quantised");
+    return *storage_.quantized();
+  }
   /// Forgets the quantised storage: forward runs in float on Ŵ again. The layer stays frozen.
   /// @throws Error if the layer is not quantised, or its W was released.
-  void dequantize();
+  void dequantize() { quantized_door().dequantize(*this); }
   /// Bytes of W as forward reads it: the quantised values and scales, or out·in·sizeof(Scalar).
   index_t weight_bytes() const;
 
@@ -202,7 +276,7 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// straight-through estimator dx = dy·Q(W), dW += dyᵀ·Q(x), db += Σ dy. W stays the float
   /// master weight; the mode may be frozen.
   /// @throws Error (turning it on) if the layer is quantised, packed or carries an adapter.
-  void set_bitlinear(bool on);
+  void set_bitlinear(bool on) { bitnet_door().set(*this, on); }
   bool bitlinear() const { return bitlinear_; }
 
   /// Why W cannot take new values now, or nullopt: while quantised forward reads its own copy,
@@ -214,6 +288,10 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// after its writes): a packed layer repacks, and weight_generation() moves, so that a block
   /// whose packing fused this layer falls back to the unfused forward until packed again.
   void weight_written() { weight_changed(); }
+
+  /// The modes as operator<< prints them after the shape: ", weight=q4_0 …", ", packed",
+  /// ", bitlinear", ", lora_rank=8, lora_alpha=16[, merged]".
+  std::string describe_modes() const;
 
   /// Visits "weight" (and "bias") with their gradients — empty when frozen — and an adapter's
   /// "lora_A.weight" and "lora_B.weight": the module protocol.
@@ -257,6 +335,30 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   void backward_parameters(const X& x, const DY& dy);
 
  private:
+  friend struct detail::LinearLoRADoor<Scalar>;
+  friend struct detail::LinearQuantizedDoor<Scalar>;
+  friend struct detail::LinearBitNetDoor<Scalar>;
+  // The doors to the modes whose code lives in their own headers: without the header, a call
+  // stops here at compile time naming it.
+  template <class S = Scalar>
+  static auto lora_door() {
+    static_assert(detail::complete_type<detail::LinearLoRADoor<S>>,
+                  "this Linear member needs #include <dissect/layers/lora_adapter.hpp>");
+    return detail::LinearLoRADoor<S>{};
+  }
+  template <class S = Scalar>
+  static auto quantized_door() {
+    static_assert(detail::complete_type<detail::LinearQuantizedDoor<S>>,
+                  "this Linear member needs #include <dissect/layers/quantized_linear.hpp>");
+    return detail::LinearQuantizedDoor<S>{};
+  }
+  template <class S = Scalar>
+  static auto bitnet_door() {
+    static_assert(detail::complete_type<detail::LinearBitNetDoor<S>>,
+                  "this Linear member needs #include <dissect/layers/bit_linear.hpp>");
+    return detail::LinearBitNetDoor<S>{};
+  }
+
   /// `tensor` (bias_ or bias_grad_), or Error naming `name` for a layer built without a bias.
   template <class T>
   T& with_bias(const char* name, T& tensor) const;
@@ -292,17 +394,17 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   Tensor<Scalar, 2> weight_grad_;
   Tensor<Scalar, 1> bias_grad_;
   bool frozen_ = false;
-  std::optional<LoRAAdapter<Scalar>> adapter_;
+  detail::Boxed<LoRAAdapter<Scalar>> adapter_;
   /// What merge_adapter added to W, while merged.
-  std::optional<LoRAMerge<Scalar>> merge_;
+  detail::Boxed<LoRAMerge<Scalar>> merge_;
+  /// The adapter's calls while one is attached (layers/lora_adapter.hpp), else nullptr.
+  const detail::LinearModeCalls<Scalar>* adapter_calls_ = nullptr;
   /// How forward reads W: dense, packed or quantised (linear/weight_storage.hpp).
   WeightStorage storage_;
+  /// The product mode's calls while quantised or BitLinear, else nullptr (dense or packed).
+  const detail::LinearModeCalls<Scalar>* product_calls_ = nullptr;
   std::uint64_t weight_generation_ = 0;
   bool bitlinear_ = false;
-  /// Under bitlinear: forward and backward on Q(x) and Q(W) (linear/detail/bitlinear_impl.hpp).
-  void bitlinear_forward(const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> y) const;
-  void bitlinear_backward(const ConstMatrixRef<Scalar>& x, const ConstMatrixRef<Scalar>& dy,
-                          std::optional<MatrixRef<Scalar>> dx);
   void require_not_bitlinear(const char* op) const;
   /// After W changed through the layer's API: a packed layer repacks.
   void weight_changed();
@@ -400,19 +502,17 @@ const LoRAAdapter<Scalar>& Linear<Scalar>::with_adapter(const char* name) const 
   if (!adapter_) {
     throw Error(detail::concat("Linear::", name, ": this layer has no LoRA adapter"));
   }
-  return *adapter_;
+  return *adapter_.get();
 }
 
 template <class Scalar>
 void Linear<Scalar>::forward_matrix(const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> y) const {
-  if (bitlinear_) return bitlinear_forward(x, y);  // refuses adapters, packing and quantising
-  storage_.forward_matmul<Scalar>(x, weight_.matrix(), bias_map(), y);
-  if (!adapter_) return;
-  if (merge_) {
-    merge_->forward_add_change(*adapter_, x, y);
+  if (product_calls_) {
+    product_calls_->forward(*this, x, y);  // quantised, or BitLinear (which refuses adapters)
   } else {
-    adapter_->forward_add(x, y);
+    storage_.forward_matmul<Scalar>(x, weight_.matrix(), bias_map(), y);
   }
+  if (adapter_calls_) adapter_calls_->forward(*this, x, y);
 }
 
 template <class Scalar>
@@ -439,7 +539,7 @@ const Tensor<Scalar, 2>& Linear<Scalar>::dense(const char* op) const {
   if (released_) {
     throw Error(detail::concat("Linear::", op, ": the dense weight ", format_shape(released_shape_),
                                " was released (release_dense_weight); the layer keeps only its ",
-                               storage_.quantized()->describe(), " weight, for inference"));
+                               product_calls_->describe(*this), " weight, for inference"));
   }
   return weight_;
 }
@@ -449,7 +549,10 @@ template <class Visitor>
 void Linear<Scalar>::for_each_parameter(Visitor&& visit) {
   if (!released_) visit(ParameterName("weight"), weight_.view(), weight_grad_.view());
   if (has_bias_) visit(ParameterName("bias"), bias_.view(), bias_grad_.view());
-  if (adapter_) adapter_->for_each_parameter(visit);
+  if (!adapter_) return;
+  for (const detail::ModeParameter<Scalar>& p : adapter_calls_->parameters(*this)) {
+    visit(ParameterName("weight").under(p.module), p.value, p.grad);
+  }
 }
 
 template <class Scalar>
@@ -457,7 +560,11 @@ template <class Visitor>
 void Linear<Scalar>::for_each_parameter(Visitor&& visit) const {
   if (!released_) visit(ParameterName("weight"), weight_.cview(), weight_grad_.cview());
   if (has_bias_) visit(ParameterName("bias"), bias_.cview(), bias_grad_.cview());
-  if (adapter_) std::as_const(*adapter_).for_each_parameter(visit);
+  if (!adapter_) return;
+  for (const detail::ModeParameter<Scalar>& p : adapter_calls_->parameters(*this)) {
+    visit(ParameterName("weight").under(p.module), ConstTensorView<Scalar, 2>(p.value),
+          ConstTensorView<Scalar, 2>(p.grad));
+  }
 }
 
 template <class Scalar>
@@ -589,14 +696,16 @@ void Linear<Scalar>::backward_checked(const char* op, const ConstTensorView<Scal
                                     ", dy: ", format_shape(dy.shape()), ")"));
   }
   check_not_own_buffer(op, "dx", ConstTensorView<Scalar, Rank>(dx), true);
-  if (bitlinear_) return bitlinear_backward(x.matrix(), dy.matrix(), dx.matrix());
+  if (product_calls_ && product_calls_->backward) {
+    return product_calls_->backward(*this, x.matrix(), dy.matrix(), dx.matrix());  // BitLinear
+  }
   if (frozen_) {
     linear_backward_input<Scalar>(dense(op).cview().matrix(), dy.matrix(), dx.matrix());
   } else {
     linear_backward<Scalar>(x.matrix(), weight_.cview().matrix(), dy.matrix(), dx.matrix(),
                             weight_grad_.matrix(), bias_grad_map());
   }
-  if (adapter_) adapter_->backward_add(x.matrix(), dy.matrix(), dx.matrix());
+  if (adapter_calls_) adapter_calls_->backward(*this, x.matrix(), dy.matrix(), dx.matrix());
 }
 
 template <class Scalar>
@@ -607,12 +716,16 @@ void Linear<Scalar>::backward_parameters(const X& x, const DY& dy) {
   const auto input = const_view(x);
   const auto upstream = const_view(dy);
   check_backward("backward_parameters", input, upstream);
-  if (bitlinear_) return bitlinear_backward(input.matrix(), upstream.matrix(), std::nullopt);
+  if (product_calls_ && product_calls_->backward) {
+    return product_calls_->backward(*this, input.matrix(), upstream.matrix(), std::nullopt);
+  }
   if (!frozen_) {
     linear_backward_parameters<Scalar>(input.matrix(), upstream.matrix(), weight_grad_.matrix(),
                                        bias_grad_map());
   }
-  if (adapter_) adapter_->backward_add(input.matrix(), upstream.matrix(), std::nullopt);
+  if (adapter_calls_) {
+    adapter_calls_->backward(*this, input.matrix(), upstream.matrix(), std::nullopt);
+  }
 }
 
 template <class Scalar>
@@ -638,13 +751,7 @@ template <class Scalar>
 std::ostream& operator<<(std::ostream& out, const Linear<Scalar>& layer) {
   out << "Linear(in_features=" << layer.in_features() << ", out_features=" << layer.out_features()
       << ", bias=" << (layer.has_bias() ? "true" : "false") << (layer.frozen() ? ", frozen" : "");
-  if (layer.quantized()) out << ", weight=" << layer.quantized_weight().describe();
-  if (layer.packed()) out << ", packed";
-  if (layer.bitlinear()) out << ", bitlinear";
-  if (layer.has_adapter()) {
-    out << ", lora_rank=" << layer.adapter().rank() << ", lora_alpha=" << layer.adapter().alpha()
-        << (layer.adapter_merged() ? ", merged" : "");
-  }
+  out << layer.describe_modes();
   return out << ")";
 }
 
@@ -652,5 +759,4 @@ std::ostream& operator<<(std::ostream& out, const Linear<Scalar>& layer) {
 
 // The members that switch modes (freezing, an adapter, quantised storage, packing) are defined in
 // a private header of their own, which needs the class above.
-#include "dissect/layers/linear/detail/bitlinear_impl.hpp"
 #include "dissect/layers/linear/detail/modes_impl.hpp"

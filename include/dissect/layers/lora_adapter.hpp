@@ -20,10 +20,11 @@
 
 #include "dissect/accounting/config.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/init.hpp"
-#include "dissect/kernels/linear_products.hpp"
-#include "dissect/tensor/module.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/kernels/linear_products.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/init.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
@@ -269,5 +270,118 @@ void LoRAMerge<Scalar>::forward_add_change(const LoRAAdapter<Scalar>& adapter,
       x * a_.matrix().transpose();
   y.noalias() -= scale_ * (h * b_.matrix().transpose());
 }
+
+// ---- on a Linear --------------------------------------------------------------------------------
+
+namespace detail {
+
+/// Linear's adapter members (a friend of Linear): attaching, detaching, merging, and the calls
+/// forward, backward and the module protocol make while an adapter is attached.
+template <class Scalar>
+struct LinearLoRADoor {
+  using Layer = Linear<Scalar>;
+
+  static LoRAAdapter<Scalar>& attach(Layer& layer, LoRAOptions options) {
+    check_lora_options("Linear::attach_adapter", options);
+    return attach_given(layer,
+                        LoRAAdapter<Scalar>(layer.in_features(), layer.out_features(), options));
+  }
+
+  static LoRAAdapter<Scalar>& attach_given(Layer& layer, LoRAAdapter<Scalar> adapter) {
+    if (layer.adapter_) {
+      throw Error("Linear::attach_adapter: this layer already has a LoRA adapter");
+    }
+    layer.require_not_bitlinear("attach_adapter");
+    (void)layer.dense("attach_adapter");  // backward's dx = dy·W needs W
+    if (adapter.in_features() != layer.in_features() ||
+        adapter.out_features() != layer.out_features()) {
+      throw ShapeError(concat("Linear::attach_adapter: adapter A ",
+                              format_shape(adapter.A().shape()), ", B ",
+                              format_shape(adapter.B().shape()), " does not fit weight [",
+                              layer.out_features(), ", ", layer.in_features(), "]"));
+    }
+    layer.set_frozen(true);
+    layer.adapter_ = Boxed<LoRAAdapter<Scalar>>::make(std::move(adapter));
+    layer.adapter_calls_ = &calls;
+    layer.merge_.reset();
+    ++layer.weight_generation_;
+    return *layer.adapter_.get();
+  }
+
+  static LoRAAdapter<Scalar> detach(Layer& layer) {
+    LoRAAdapter<Scalar>& attached = layer.with_adapter("detach_adapter");
+    if (layer.merge_ && layer.merge_.get()->stale(attached)) {
+      // A or B changed since the merge: W keeps the update forward has been computing.
+      layer.merge_.get()->undo(layer.weight_.view());
+      attached.add_delta_to(layer.weight_.view(), Scalar(1));
+      layer.weight_changed();
+    }
+    LoRAAdapter<Scalar> adapter = std::move(attached);
+    layer.adapter_.reset();
+    layer.adapter_calls_ = nullptr;
+    layer.merge_.reset();
+    ++layer.weight_generation_;
+    return adapter;
+  }
+
+  static void merge(Layer& layer) {
+    const LoRAAdapter<Scalar>& adapter = layer.with_adapter("merge_adapter");
+    if (layer.merge_) throw Error("Linear::merge_adapter: the adapter is already merged");
+    layer.require_not_quantized("merge_adapter");
+    if (!layer.frozen_) {
+      throw Error(
+          "Linear::merge_adapter: the weight is trainable (set_frozen(false)), and an optimizer "
+          "would move the merged weight; freeze the layer first");
+    }
+    layer.merge_ = Boxed<LoRAMerge<Scalar>>::make(LoRAMerge<Scalar>(adapter, layer.weight_.view()));
+    layer.weight_changed();
+  }
+
+  static void unmerge(Layer& layer) {
+    layer.with_adapter("unmerge_adapter");
+    if (!layer.merge_) throw Error("Linear::unmerge_adapter: the adapter is not merged");
+    layer.merge_.get()->undo(layer.weight_.view());  // what merge added, even if A or B changed
+    layer.merge_.reset();
+    layer.weight_changed();
+  }
+
+  static void forward(const Layer& layer, const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> y) {
+    const LoRAAdapter<Scalar>& adapter = *layer.adapter_.get();
+    if (const LoRAMerge<Scalar>* merged = layer.merge_.get()) {
+      merged->forward_add_change(adapter, x, y);
+    } else {
+      adapter.forward_add(x, y);
+    }
+  }
+  static void backward(Layer& layer, const ConstMatrixRef<Scalar>& x,
+                       const ConstMatrixRef<Scalar>& dy, std::optional<MatrixRef<Scalar>> dx) {
+    layer.adapter_.get()->backward_add(x, dy, dx);
+  }
+  static std::string describe(const Layer& layer) {
+    const LoRAAdapter<Scalar>& adapter = *layer.adapter_.get();
+    return concat(", lora_rank=", adapter.rank(), ", lora_alpha=", adapter.alpha(),
+                  layer.merge_ ? ", merged" : "");
+  }
+  static bool adds_to_forward(const Layer& layer) {
+    return !layer.merge_ || layer.merge_.get()->stale(*layer.adapter_.get());
+  }
+  static std::array<ModeParameter<Scalar>, 2> parameters(const Layer& layer) {
+    // The module protocol's const visit reads these as const views (Linear::for_each_parameter).
+    LoRAAdapter<Scalar>& adapter = *layer.adapter_.get();
+    return {ModeParameter<Scalar>{"lora_A", adapter.A(), adapter.A_grad()},
+            ModeParameter<Scalar>{"lora_B", adapter.B(), adapter.B_grad()}};
+  }
+
+  static constexpr LinearModeCalls<Scalar> calls{
+      .forward = &forward,
+      .backward = &backward,
+      .describe = &describe,
+      .weight_bytes = nullptr,
+      .adds_to_forward = &adds_to_forward,
+      .parameters = &parameters,
+  };
+};
+
+}  // namespace detail
 
 }  // namespace dissect

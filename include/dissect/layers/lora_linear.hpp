@@ -5,6 +5,12 @@
 // keeps no gradient and backward computes its dx only. The same to a whole model, without
 // changing its type: apply_lora (transforms/lora.hpp). Saving adapters alone, with PEFT's names:
 // io/lora_file.hpp. The arithmetic is in lora_adapter.hpp, once.
+//
+// Which door: to adapt a layer or a model, attach the adapter to the Linear itself
+// (Linear::attach_adapter, layers/lora_adapter.hpp; apply_lora for a whole model): the model keeps
+// its type, and merging, quantised bases (QLoRA) and saving work there. LoRALinear is the
+// standalone module for code written against PEFT's lora.Linear, and the one place with adapter
+// dropout in training; it holds the same LoRAAdapter, so both compute the same numbers.
 #pragma once
 
 #include <Eigen/Core>
@@ -16,11 +22,11 @@
 #include <vector>
 
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/init.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/layers/linear.hpp"
 #include "dissect/layers/lora_adapter.hpp"
+#include "dissect/tensor/init.hpp"
 #include "dissect/tensor/module.hpp"
-#include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dissect/core/error.hpp"
+#include "dissect/layers/bit_linear.hpp"
 #include "dissect/layers/linear.hpp"
 #include "dissect/tensor/module.hpp"
 #include "dissect/transforms/lora.hpp"

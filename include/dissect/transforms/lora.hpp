@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/freezing.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/layers/linear.hpp"
 #include "dissect/layers/lora_adapter.hpp"
+#include "dissect/tensor/freezing.hpp"
 #include "dissect/tensor/module.hpp"
-#include "dissect/core/shape.hpp"
 
 namespace dissect {
 

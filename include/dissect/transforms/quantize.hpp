@@ -7,8 +7,9 @@
 #include <vector>
 
 #include "dissect/layers/linear.hpp"
-#include "dissect/tensor/module.hpp"
+#include "dissect/layers/quantized_linear.hpp"
 #include "dissect/quant/weight_format.hpp"
+#include "dissect/tensor/module.hpp"
 
 namespace dissect {
 

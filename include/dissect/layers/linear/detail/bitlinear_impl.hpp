@@ -1,5 +1,5 @@
-// dissect/layers/linear/detail/bitlinear_impl.hpp — private: do not include directly (dissect/layers/linear.hpp
-// includes it at its end, after the class).
+// dissect/layers/linear/detail/bitlinear_impl.hpp — private: do not include directly
+// (dissect/layers/bit_linear.hpp includes it).
 //
 // Linear's bitlinear mode: BitNet b1.58's quantised product and its straight-through backward.
 // The quantisers are quant/bitnet.hpp's; the module that adds the RMSNorm is BitLinear
@@ -11,63 +11,72 @@
 
 #ifndef DISSECT_PUBLIC_HEADER
 #error \
-    "dissect/layers/linear/detail/bitlinear_impl.hpp is private to dissect: include dissect/layers/linear.hpp instead"
+    "dissect/layers/linear/detail/bitlinear_impl.hpp is private to dissect: include dissect/layers/bit_linear.hpp instead"
 #endif
 
 #include <Eigen/Core>
 #include <optional>
+#include <string>
 
 #include "dissect/core/error.hpp"
 #include "dissect/kernels/linear_products.hpp"
+#include "dissect/layers/linear.hpp"
 #include "dissect/quant/bitnet.hpp"
 
-namespace dissect {
+namespace dissect::detail {
 
+/// Linear's BitLinear mode (a friend of Linear): set_bitlinear, and the product and backward on
+/// Q(x) and Q(W) that replace the dense ones while it is on.
 template <class Scalar>
-void Linear<Scalar>::require_not_bitlinear(const char* op) const {
-  if (bitlinear_) {
-    throw Error(detail::concat("Linear::", op,
-                               ": the layer runs as BitLinear (set_bitlinear(true)); turn that "
-                               "off first"));
-  }
-}
+struct LinearBitNetDoor {
+  using Layer = Linear<Scalar>;
 
-template <class Scalar>
-void Linear<Scalar>::set_bitlinear(bool on) {
-  if (on && !bitlinear_) {
-    require_not_quantized("set_bitlinear");
-    if (storage_.packed()) {
-      throw Error("Linear::set_bitlinear: the layer is packed for float inference; unpack() first");
+  static void set(Layer& layer, bool on) {
+    if (on && !layer.bitlinear_) {
+      layer.require_not_quantized("set_bitlinear");
+      if (layer.storage_.packed()) {
+        throw Error(
+            "Linear::set_bitlinear: the layer is packed for float inference; unpack() first");
+      }
+      if (layer.adapter_) {
+        throw Error("Linear::set_bitlinear: the layer carries a LoRA adapter; detach it first");
+      }
     }
-    if (adapter_) {
-      throw Error("Linear::set_bitlinear: the layer carries a LoRA adapter; detach it first");
+    if (on != layer.bitlinear_) ++layer.weight_generation_;  // forward reads W differently now
+    layer.bitlinear_ = on;
+    layer.product_calls_ = on ? &calls : nullptr;
+  }
+
+  static void forward(const Layer& layer, const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> y) {
+    RowMatrix<Scalar> qx(x.rows(), x.cols()), qw(layer.out_features(), layer.in_features());
+    int8_fake_quantize_rows<Scalar>(x, qx);
+    ternary_fake_quantize<Scalar>(layer.weight_.matrix(), qw);
+    linear_forward<Scalar>(qx, qw, layer.bias_map(), y);
+  }
+
+  static void backward(Layer& layer, const ConstMatrixRef<Scalar>& x,
+                       const ConstMatrixRef<Scalar>& dy, std::optional<MatrixRef<Scalar>> dx) {
+    if (dx) {
+      RowMatrix<Scalar> qw(layer.out_features(), layer.in_features());
+      ternary_fake_quantize<Scalar>(layer.weight_.matrix(), qw);
+      linear_backward_input<Scalar>(qw, dy, *dx);  // dx = dy·Q(W)
     }
+    if (layer.frozen_) return;
+    RowMatrix<Scalar> qx(x.rows(), x.cols());
+    int8_fake_quantize_rows<Scalar>(x, qx);
+    linear_backward_parameters<Scalar>(qx, dy, layer.weight_grad_.matrix(), layer.bias_grad_map());
   }
-  if (on != bitlinear_) ++weight_generation_;  // forward reads W differently now
-  bitlinear_ = on;
-}
 
-template <class Scalar>
-void Linear<Scalar>::bitlinear_forward(const ConstMatrixRef<Scalar>& x, MatrixRef<Scalar> y) const {
-  RowMatrix<Scalar> qx(x.rows(), x.cols()), qw(out_features(), in_features());
-  int8_fake_quantize_rows<Scalar>(x, qx);
-  ternary_fake_quantize<Scalar>(weight_.matrix(), qw);
-  linear_forward<Scalar>(qx, qw, bias_map(), y);
-}
+  static std::string describe(const Layer&) { return "bitlinear"; }
 
-template <class Scalar>
-void Linear<Scalar>::bitlinear_backward(const ConstMatrixRef<Scalar>& x,
-                                        const ConstMatrixRef<Scalar>& dy,
-                                        std::optional<MatrixRef<Scalar>> dx) {
-  if (dx) {
-    RowMatrix<Scalar> qw(out_features(), in_features());
-    ternary_fake_quantize<Scalar>(weight_.matrix(), qw);
-    linear_backward_input<Scalar>(qw, dy, *dx);  // dx = dy·Q(W)
-  }
-  if (frozen_) return;
-  RowMatrix<Scalar> qx(x.rows(), x.cols());
-  int8_fake_quantize_rows<Scalar>(x, qx);
-  linear_backward_parameters<Scalar>(qx, dy, weight_grad_.matrix(), bias_grad_map());
-}
+  static constexpr LinearModeCalls<Scalar> calls{
+      .forward = &forward,
+      .backward = &backward,
+      .describe = &describe,
+      .weight_bytes = nullptr,
+      .adds_to_forward = nullptr,
+      .parameters = nullptr,
+  };
+};
 
-}  // namespace dissect
+}  // namespace dissect::detail
