@@ -2,8 +2,9 @@
 #
 #   cmake -S dissect -B build && cmake --install build --prefix /opt/dissect
 #
-# on a fresh directory, with no build step between (a header-only library must not need one),
-# then the find_package consumer configured, built and run against that prefix. Run by ctest
+# on a fresh directory, with no build step between (the kernels' library is built by the consumer,
+# from the installed share/dissect/kernels.cpp), then the find_package consumer configured, built
+# and run against that prefix. Run by ctest
 # (consumer_readme_install):
 #
 #   cmake -DSOURCE_DIR=<repo> -DWORK_DIR=<scratch> -DCONSUMER_DIR=<tests/consumers/find_package>
@@ -37,11 +38,18 @@ run("install without a build" ${CMAKE_COMMAND} --install ${build} --prefix ${pre
 
 # Nothing was built, and what a consumer needs is there.
 foreach(installed IN ITEMS include/dissect/layers/linear.hpp share/cmake/dissect/dissectConfig.cmake
-                           share/cmake/dissect/dissectTargets.cmake share/pkgconfig/dissect.pc)
+                           share/cmake/dissect/dissectTargets.cmake share/pkgconfig/dissect.pc
+                           share/dissect/kernels.cpp)
   if(NOT EXISTS ${prefix}/${installed})
     message(FATAL_ERROR "readme_install: ${prefix}/${installed} was not installed")
   endif()
 endforeach()
+# pkg-config users compile the kernels' unit themselves: dissect.pc names it.
+file(STRINGS ${prefix}/share/pkgconfig/dissect.pc kernels_source REGEX "^kernels_source=")
+string(REPLACE "kernels_source=\${prefix}" "${prefix}" kernels_source "${kernels_source}")
+if(NOT EXISTS "${kernels_source}")
+  message(FATAL_ERROR "readme_install: dissect.pc's kernels_source '${kernels_source}' does not exist")
+endif()
 file(GLOB programs ${prefix}/bin/*)  # (the tools' OPTIONAL rules may leave bin/ empty)
 if(programs)
   message(FATAL_ERROR "readme_install: programs installed though none was built: ${programs}")

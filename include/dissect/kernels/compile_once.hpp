@@ -8,8 +8,10 @@
 // src/kernels.cpp (which also defines DISSECT_KERNELS_IMPLEMENTATION) into it once, with the same
 // flags. The entry points are then declared in the headers and defined in that one unit; nothing
 // else changes, and the kernels' code is the same (the SIMD paths carry their own target
-// attributes, so the unit's -march only matters for the portable path). dissect's own tests,
-// examples, tools and benchmarks are built this way (CMake option DISSECT_SEPARATE_KERNELS).
+// attributes, so the unit's -march only matters for the portable path). CMake users get this by
+// default: dissect::dissect carries the definition and links dissect_kernels, src/kernels.cpp
+// built once (DISSECT_HEADER_ONLY turns it off); dissect's own tests, examples, tools and
+// benchmarks build one such unit per set of flags (CMake option DISSECT_SEPARATE_KERNELS).
 #pragma once
 
 #if defined(DISSECT_KERNELS_IMPLEMENTATION) && !defined(DISSECT_SEPARATE_KERNELS)
