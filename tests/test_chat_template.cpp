@@ -409,6 +409,9 @@ TEST(ChatTemplateFiles, GgufMetadata) {
                                  files.options()),
             "<s>hi</s>");
   EXPECT_EQ(files.source("rag"), "R");
+  // Known by its magic, not its name.
+  std::filesystem::copy_file(dir / "m.gguf", dir / "m.bin");
+  EXPECT_EQ(text::find_model_chat_templates(dir / "m.bin").source("rag"), "R");
   metadata.back().second = std::uint32_t{3};
   save_gguf(dir / "bad.gguf", metadata, {});
   EXPECT_THROW((void)text::find_model_chat_templates(dir / "bad.gguf"), FormatError);

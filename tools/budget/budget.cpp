@@ -4,10 +4,10 @@
 //   budget --params 7e9 --layers 32 --heads 32 --head-dim 128 --context 2048 --dtype fp16
 //          --gpu-memory 24GB --bandwidth 1.5TB/s --peak 300TFLOPS [--json]
 //
-// All arithmetic lives in dissect/accounting/budget.hpp and dissect/accounting/model_shape.hpp, value parsing in
-// tools/common/parse.hpp; this file reads the flags (CLI11), builds the model, computes the whole
-// report and only then prints it, so an error never leaves half an output on stdout.
-// Exit status: 0 ok, 2 bad input, 1 anything else.
+// All arithmetic lives in dissect/accounting/budget.hpp and dissect/accounting/model_shape.hpp,
+// value parsing in tools/common/parse.hpp; this file reads the flags (CLI11), builds the model,
+// computes the whole report and only then prints it, so an error never leaves half an output on
+// stdout. Exit status: 0 ok, 2 bad input, 1 anything else.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 

@@ -24,7 +24,9 @@ namespace dissect::tools {
 
 // ---- declarations -------------------------------------------------------------------------------
 
-/// The metadata key of a tokenizer.json carried in a checkpoint (train_gpt --tokenizer bpe:N).
+/// The metadata key of a tokenizer.json carried in a checkpoint (train_gpt --tokenizer bpe:N): the
+/// library's text::tokenizer_json_key, spelled again for the examples that do not link
+/// dissect::text (tools/dissect/model_loading.hpp checks the two agree).
 inline constexpr const char* tokenizer_json_key = "dissect.tokenizer_json";
 
 /// The metadata key of a byte vocabulary.

@@ -2,15 +2,16 @@
 //
 // The layout of a shape chain on a terminal: the dimensions, then step, operation, symbolic and
 // numeric shape and FLOPs for each step, the totals by kind, the blind spots (axes of equal size
-// that a check cannot tell apart) and the chain's notes. The chain itself (dissect/accounting/shape_chain.hpp)
-// only checks and records; this is how tools and examples show it.
+// that a check cannot tell apart) and the chain's notes. The chain itself
+// (dissect/accounting/shape_chain.hpp) only checks and records; this is how tools and examples show
+// it.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "dissect/core/shape.hpp"
 #include "dissect/accounting/shape_chain.hpp"
+#include "dissect/core/shape.hpp"
 #include "tools/common/table.hpp"
 
 namespace dissect::tools {

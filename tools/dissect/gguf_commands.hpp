@@ -24,7 +24,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -38,19 +37,13 @@
 #include "dissect/accounting/count.hpp"
 #include "dissect/io/gguf.hpp"
 #include "dissect/io/gguf_model.hpp"
+#include "dissect/io/open_model.hpp"
 #include "tools/common/table.hpp"
 
 namespace dissect::tools {
 
-/// Whether `path` is a GGUF file: a regular file starting with "GGUF".
-inline bool is_gguf_file(const std::filesystem::path& path) {
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) return false;
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  in.read(magic, 4);
-  return in.gcount() == 4 && std::string_view(magic, 4) == "GGUF";
-}
+/// The library's test (io/gguf.hpp), under the name the tools had for it; kept for one release.
+using dissect::is_gguf_file;
 
 namespace detail_gguf {
 
@@ -146,17 +139,18 @@ inline nlohmann::ordered_json json_metadata_value(const GgufValue& value, bool f
 
 }  // namespace detail_gguf
 
-/// `inspect FILE.gguf`: the report, or with `json` the same as JSON (metadata arrays whole with
-/// `full`, else their first 16 elements and their length).
-inline int inspect_gguf(const std::filesystem::path& path, bool json, bool full = false) {
+/// `inspect FILE.gguf`: the report of what detect_checkpoint found in a GGUF file (its config
+/// when its architecture is one dissect builds; a contradiction was the library's error, exit
+/// 2), or with `json` the same as JSON (metadata arrays whole with `full`, else their first 16
+/// elements and their length).
+inline int inspect_gguf(const DetectedCheckpoint& source, bool json, bool full = false) {
   namespace g = detail_gguf;
-  const GgufFile file(path);
-  std::optional<HfConfig> model;
-  if (const GgufValue* architecture = file.find("general.architecture");
-      architecture && architecture->as_string() &&
-      (*architecture->as_string() == "llama" || *architecture->as_string() == "gpt2")) {
-    model = read_gguf_config(file);  // a contradiction is the library's error: exit 2
+  if (source.kind != CheckpointKind::gguf || !source.gguf) {
+    throw Error(concat("inspect: ", source.checkpoint.path().string(), " is not a GGUF file"));
   }
+  const std::filesystem::path& path = source.checkpoint.path();
+  const GgufFile& file = *source.gguf;
+  const std::optional<HfConfig>& model = source.model;
   index_t parameters = 0, bytes = 0;
   struct TypeTotal {
     index_t tensors = 0, elements = 0, bytes = 0;

@@ -7,7 +7,8 @@
 // Routes: POST /v1/completions and POST /v1/chat/completions (JSON, or server-sent events with
 // "stream": true), GET /v1/models, GET /health. Requests are read by serve_request.hpp; a chat's
 // messages go through the model's own chat template (dissect/text/chat_template.hpp); the
-// generation is the library's generate(), its tokens decoded as `dissect generate` decodes them.
+// generation is the library's generate(), its prompt encoded and its tokens decoded as `dissect
+// generate` does it (dissect/text/prompt_codec.hpp).
 //
 // One generation runs at a time: the model's forward is not made for concurrent calls, so a
 // mutex serialises them, and the HTTP threads (--threads) bound how many requests are open at
@@ -18,6 +19,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <atomic>
@@ -39,7 +41,9 @@
 #include "dissect/models/generate.hpp"
 #include "dissect/text/chat_template.hpp"
 #include "dissect/text/chat_template_gguf.hpp"
-#include "dissect/text/decode_stream.hpp"
+#include "dissect/text/prompt_codec.hpp"
+#include "tools/common/parse.hpp"
+#include "tools/dissect/command.hpp"
 #include "tools/dissect/model_loading.hpp"
 #include "tools/dissect/serve_request.hpp"
 
@@ -200,57 +204,33 @@ struct Completion {
   bool client_gone = false;  ///< a stream whose client stopped reading
 };
 
+/// Why a text prompt cannot be encoded for a model without a tokenizer dissect can use.
+inline std::string why_no_text(const ModelText& text) {
+  return concat(
+      "this model carries no tokenizer",
+      text.tokenizer_error.empty() ? "" : concat(" dissect can use (", text.tokenizer_error, ")"),
+      "; send the prompt as an array of token ids");
+}
+
 /// The model with everything a request needs, and the lock that serialises its use.
 template <class Model>
 class CompletionService {
  public:
-  CompletionService(const Model& model, const ModelText& text) : model_(model), text_(text) {}
+  CompletionService(const Model& model, const ModelText& text)
+      : model_(model), text_(text), codec_(prompt_codec(text, why_no_text(text))) {}
 
   /// The prompt's ids, checked: inside the vocabulary, 1 to context of them.
   /// @throws ConfigError naming prompt.
   std::vector<index_t> prompt_of(const CompletionRequest& r) const {
-    const TransformerConfig& c = text_.config;
-    std::vector<index_t> ids;
+    const text::PromptLimits limits{.vocab = text_.config.vocab, .context = text_.config.context};
     if (r.prompt_ids) {
-      ids = *r.prompt_ids;
-    } else if (text_.vocab) {
-      for (std::size_t i = 0; i < r.prompt_text->size(); ++i) {
-        const auto byte = static_cast<unsigned char>((*r.prompt_text)[i]);
-        const index_t id = text_.vocab->id_of[byte];
-        if (id < 0) {
-          throw ConfigError(concat("prompt: byte ", i, " (", static_cast<int>(byte),
-                                   ") is not in the model's vocabulary"));
-        }
-        ids.push_back(id);
-      }
-    } else if (text_.tokenizer) {
-      const std::lock_guard lock(mutex_);  // the tokenizer is not promised to be thread-safe
-      try {
-        for (const std::int32_t id : text_.tokenizer->encode(*r.prompt_text, r.add_special_tokens))
-          ids.push_back(id);
-      } catch (const Error& error) {
-        throw ConfigError(concat("prompt: ", error.what()));
-      }
-    } else {
-      throw ConfigError(concat("prompt: this model carries no tokenizer",
-                               text_.tokenizer_error.empty()
-                                   ? ""
-                                   : concat(" dissect can use (", text_.tokenizer_error, ")"),
-                               "; send the prompt as an array of token ids"));
+      text::check_prompt(*r.prompt_ids, limits, "prompt");
+      return *r.prompt_ids;
     }
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      if (ids[i] >= c.vocab) {
-        throw ConfigError(concat("prompt: token ", i, " has id ", ids[i],
-                                 ", outside the model's vocabulary [0, ", c.vocab, ")"));
-      }
-    }
-    const auto length = static_cast<index_t>(ids.size());
-    if (length == 0) throw ConfigError("prompt: the prompt is empty (0 tokens)");
-    if (length > c.context) {
-      throw ConfigError(
-          concat("prompt: ", length, " tokens; the model's context holds at most ", c.context));
-    }
-    return ids;
+    // The tokenizer is not promised to be thread-safe: it encodes under the generations' lock.
+    std::unique_lock lock(mutex_, std::defer_lock);
+    if (text_.tokenizer) lock.lock();
+    return codec_.prompt(*r.prompt_text, limits, "prompt", r.add_special_tokens);
   }
 
   /// The tokenizer's EOS, which ends a completion (a chat ends at ChatSetup::end_ids).
@@ -269,14 +249,10 @@ class CompletionService {
     const std::lock_guard lock(mutex_);
     Completion out;
     StopScanner scanner(r.stop);
-    std::optional<text::DecodeStream> stream;
-    const bool by_tokenizer = !text_.vocab && text_.tokenizer;
-    if (by_tokenizer) {
-      // The prompt goes through the stream first, so that decoders that look at context
-      // (LLaMA's first-space Strip) treat the continuation as the middle of the text it is.
-      stream.emplace(*text_.tokenizer);
-      for (const index_t id : prompt) (void)stream->push(static_cast<std::int32_t>(id));
-    }
+    // The prompt goes through the decoder first, so that decoders that look at context (LLaMA's
+    // first-space Strip) treat the continuation as the middle of the text it is.
+    text::PromptCodec::Decoder decoder = codec_.decoder();
+    for (const index_t id : prompt) (void)decoder.push(id);
     const auto send = [&](const std::string& piece) {
       if (piece.empty()) return;
       out.text += piece;
@@ -294,13 +270,7 @@ class CompletionService {
           out.stopped = true;
           throw StopGeneration{};
         }
-        std::string piece;
-        if (stream) {
-          piece = stream->push(static_cast<std::int32_t>(id));
-        } else if (text_.vocab && id < text_.vocab->size()) {
-          piece.assign(1, static_cast<char>(text_.vocab->bytes[static_cast<std::size_t>(id)]));
-        }
-        send(scanner.push(piece));
+        send(scanner.push(decoder.push(id).value_or("")));  // an id without text adds none
         if (scanner.stopped()) {
           out.stopped = true;
           throw StopGeneration{};
@@ -311,7 +281,7 @@ class CompletionService {
     }
     if (!scanner.stopped()) {
       // Bytes of an unfinished character (a truncated UTF-8 sequence), then what was held back.
-      if (stream) send(scanner.push(stream->finish()));
+      send(scanner.push(decoder.finish()));
       if (scanner.stopped()) {
         out.stopped = true;
       } else {
@@ -324,6 +294,7 @@ class CompletionService {
  private:
   const Model& model_;
   const ModelText& text_;
+  text::PromptCodec codec_;  ///< borrows text_'s tokenizer
   mutable std::mutex mutex_;
 };
 
@@ -561,5 +532,63 @@ inline int serve(const ServeOptions& o) {
         return serve_detail::serve_model(model, text, o);
       });
 }
+
+/// `dissect serve` and its flags.
+class ServeCommand final : public Command {
+ public:
+  explicit ServeCommand(CLI::App& app)
+      : Command(app.add_subcommand(
+            "serve",
+            "OpenAI's /v1/completions and /v1/chat/completions over HTTP (streaming with "
+            "server-sent events)")) {
+    CLI::App* serve_command = &this->app();
+    serve_command
+        ->add_option("checkpoint", options_.checkpoint,
+                     ".safetensors file, index .json, a directory, or a .gguf file")
+        ->required();
+    serve_command
+        ->add_option("--host", options_.host,
+                     "the address to listen on: a loopback one unless --allow-remote")
+        ->capture_default_str();
+    serve_command->add_option("--port", port_, "0 to 65535; 0: any free port")
+        ->capture_default_str();
+    serve_command
+        ->add_option("--threads", serve_threads_,
+                     "1 to 64 HTTP threads: requests open at once (one generates at a time)")
+        ->capture_default_str();
+    serve_command->add_option("--name", options_.name,
+                              "the model's id in /v1/models (default: the file's name)");
+    serve_command->add_flag("--allow-remote", options_.allow_remote,
+                            "listen on a non-loopback --host: anyone who reaches it may use the "
+                            "model (there is no authentication)");
+  }
+
+  int run() override {
+    ServeOptions& o = options_;
+    const index_t port_number = tools::parse_integer(port_, "--port");
+    if (port_number > 65535) {
+      throw dissect::ConfigError(
+          dissect::concat("--port: must be in [0, 65535] (got \"", port_, "\")"));
+    }
+    o.port = static_cast<int>(port_number);
+    o.threads = tools::parse_integer(serve_threads_, "--threads", 1);
+    if (o.threads > 64) {
+      throw dissect::ConfigError(
+          dissect::concat("--threads: must be in [1, 64] (got \"", serve_threads_, "\")"));
+    }
+    if (o.host.empty()) throw dissect::ConfigError("--host: the address is empty");
+    if (!o.allow_remote && !tools::is_loopback_host(o.host)) {
+      throw dissect::ConfigError(dissect::concat(
+          "--host: ", o.host,
+          " is not a loopback address; dissect serve has no authentication, so listening "
+          "there needs --allow-remote"));
+    }
+    return tools::serve(o);
+  }
+
+ private:
+  ServeOptions options_;
+  std::string port_ = "8080", serve_threads_ = "4";
+};
 
 }  // namespace dissect::tools

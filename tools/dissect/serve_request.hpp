@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "dissect/core/error.hpp"
-#include "dissect/decoding/sampling.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/decoding/sampling.hpp"
 
 namespace dissect::tools {
 

@@ -12,6 +12,7 @@
 // string. Every error — the template's own raise_exception included — is one line, exit 2.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -24,6 +25,7 @@
 #include "dissect/io/json.hpp"
 #include "dissect/text/chat_template.hpp"
 #include "dissect/text/chat_template_gguf.hpp"
+#include "tools/dissect/command.hpp"
 
 namespace dissect::tools {
 
@@ -89,5 +91,38 @@ inline int chat_template_command(const TemplateOptions& options) {
     throw ConfigError(message);
   }
 }
+
+/// `dissect template` and its flags.
+class TemplateCommand final : public Command {
+ public:
+  explicit TemplateCommand(CLI::App& app)
+      : Command(app.add_subcommand(
+            "template",
+            "render a conversation through the model's chat template (prints it exactly)")) {
+    CLI::App* template_command = &this->app();
+    template_command
+        ->add_option("model", options_.model,
+                     "a directory with tokenizer_config.json or chat_template.jinja, a "
+                     "tokenizer_config.json, a .jinja or a .gguf file")
+        ->required();
+    template_command
+        ->add_option("--messages", options_.messages,
+                     "a JSON array of {role, content, ...}, or an object with \"messages\"")
+        ->required();
+    template_command->add_option("--tools", options_.tools, "a JSON array of tool definitions");
+    template_command->add_flag("--add-generation-prompt", options_.add_generation_prompt,
+                               "end with the assistant's turn header");
+    template_command->add_option("--template", options_.name,
+                                 "a named template of tokenizer_config.json (default: default)");
+    template_command->add_option("--var", options_.vars,
+                                 "KEY=VALUE: a template variable (VALUE as JSON, else a string), "
+                                 "e.g. enable_thinking=false");
+  }
+
+  int run() override { return chat_template_command(options_); }
+
+ private:
+  TemplateOptions options_;
+};
 
 }  // namespace dissect::tools

@@ -39,6 +39,10 @@ class Checkpoint {
   ///         file name beside it (a NUL byte included), puts a tensor in a shard that lacks
   ///         it, or leaves out a tensor a shard holds.
   explicit Checkpoint(const std::filesystem::path& path);
+  /// A checkpoint of no shards, tensors or metadata that stands for `path`: what
+  /// DetectedCheckpoint (io/open_model.hpp) holds for a file another reader owns, a GGUF file,
+  /// so that path() still names it. Opens nothing.
+  static Checkpoint without_tensors(std::filesystem::path path);
 
   /// The file opened: the .safetensors or the index (a directory resolved to one of them).
   const std::filesystem::path& path() const { return path_; }
@@ -65,6 +69,7 @@ class Checkpoint {
   }
 
  private:
+  Checkpoint() = default;
   void open_index();
 
   std::filesystem::path path_;
@@ -123,6 +128,12 @@ inline Checkpoint::Checkpoint(const std::filesystem::path& path)
     for (const TensorInfo& tensor : shards_.front().tensors()) shard_index_.emplace(tensor.name, 0);
     metadata_ = shards_.front().metadata();
   }
+}
+
+inline Checkpoint Checkpoint::without_tensors(std::filesystem::path path) {
+  Checkpoint none;
+  none.path_ = std::move(path);
+  return none;
 }
 
 inline void Checkpoint::open_index() {

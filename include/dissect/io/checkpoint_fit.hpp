@@ -15,11 +15,12 @@
 #include <string_view>
 #include <vector>
 
+#include "dissect/accounting/model_shape.hpp"
+#include "dissect/accounting/tensor_names.hpp"
 #include "dissect/core/error.hpp"
 #include "dissect/io/hf_config.hpp"
 #include "dissect/io/hf_names.hpp"
 #include "dissect/io/safetensors.hpp"
-#include "dissect/accounting/model_shape.hpp"
 #include "dissect/models/styles.hpp"
 
 namespace dissect {
@@ -46,30 +47,24 @@ void check_checkpoint_fits(std::string_view op, const HfConfig& model, const Ten
 
 /// The module path weight_matrices' matrix `matrix` ("attn.qkv") has in a `style` model's
 /// state_dict, in layer `layer` for a per-layer one ("h.0.attn.qkv"; "wte" for embed.tokens).
-/// @throws Error naming a matrix name model_shape.hpp does not list.
+/// The path comes from accounting/tensor_names.hpp's table for `style`'s family.
+/// @throws Error naming a matrix name model_shape.hpp does not list, or one `style`'s family has
+///         not; ConfigError for a family the table does not hold.
 std::string module_path_of(const DecoderStyle& style, std::string_view matrix, index_t layer = 0);
 
 // ---- implementation -----------------------------------------------------------------------------
 
 inline std::string module_path_of(const DecoderStyle& style, std::string_view matrix,
                                   index_t layer) {
-  using detail::concat;
-  if (matrix == "embed.tokens") return style.token_embedding;
-  if (matrix == "embed.positions") return style.position_embedding;
-  if (matrix == "lm_head") return style.head;
-  // The blocks' own child names (blocks/*.hpp): attention's qkv and proj, the FFN's gate, up and
-  // down. test_checkpoint_fit checks every path against a built model's parameter names.
-  const std::string in_layer = concat(style.layers, ".", layer, ".");
-  if (matrix == "attn.qkv") return concat(in_layer, style.attention, ".qkv");
-  if (matrix == "attn.out") return concat(in_layer, style.attention, ".proj");
-  if (matrix == "moe.router" && style.moe) return concat(in_layer, style.mlp, ".router");
-  // A mixture's FFN matrices are its experts'; expert 0's stands for them all.
-  const std::string ffn =
-      style.moe ? concat(in_layer, style.mlp, ".experts.0") : concat(in_layer, style.mlp);
-  for (std::string_view part : {"gate", "up", "down"}) {
-    if (matrix == concat("mlp.", part)) return concat(ffn, ".", part);
+  const ModelTensor tensor = tensor_of_matrix("module_path_of", matrix);
+  const FamilyTensorNames& names = tensor_names_of(style.family);
+  const TensorNames* row = names.find(tensor);
+  if (row == nullptr) {
+    throw Error(concat("module_path_of: ", style.model_name, " has no matrix \"", matrix, "\""));
   }
-  throw Error(concat("module_path_of: \"", matrix, "\" is not a matrix model_shape.hpp lists"));
+  // A mixture's FFN matrices are its experts'; expert 0's stands for them all.
+  // test_checkpoint_fit checks every path against a built model's parameter names.
+  return module_path(names, *row, layer, 0);
 }
 
 namespace detail {
@@ -78,12 +73,27 @@ namespace detail {
 /// columns'.
 inline std::vector<SizeKeys::Size> sizes_of_matrix(std::string_view matrix) {
   using S = SizeKeys;
-  if (matrix == "embed.tokens" || matrix == "lm_head") return {S::vocab, S::d_model};
-  if (matrix == "embed.positions") return {S::context, S::d_model};
-  if (matrix == "attn.qkv") return {S::n_heads, S::n_kv_heads, S::head_dim, S::d_model};
-  if (matrix == "attn.out") return {S::d_model, S::n_heads, S::head_dim};
-  if (matrix == "moe.router") return {S::d_model};  // its rows, E, are no size key
-  return {S::d_ff, S::d_model};                     // mlp.gate, mlp.up, mlp.down
+  switch (tensor_of_matrix("sizes_of_matrix", matrix)) {
+    case ModelTensor::token_embedding:
+    case ModelTensor::head:
+      return {S::vocab, S::d_model};
+    case ModelTensor::position_embedding:
+      return {S::context, S::d_model};
+    case ModelTensor::qkv:
+      return {S::n_heads, S::n_kv_heads, S::head_dim, S::d_model};
+    case ModelTensor::attention_output:
+      return {S::d_model, S::n_heads, S::head_dim};
+    case ModelTensor::router:  // its rows, E, are no size key
+    case ModelTensor::attention_norm:
+    case ModelTensor::ffn_norm:
+    case ModelTensor::final_norm:
+      return {S::d_model};
+    case ModelTensor::ffn_gate:
+    case ModelTensor::ffn_up:
+    case ModelTensor::ffn_down:
+      break;
+  }
+  return {S::d_ff, S::d_model};
 }
 
 /// "n_positions = 10000000, n_embd = 32": the keys the file has among `sizes`, with their values.

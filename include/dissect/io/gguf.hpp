@@ -29,12 +29,12 @@
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/io/detail/atomic_file.hpp"
 #include "dissect/io/detail/gguf_text.hpp"
 #include "dissect/io/detail/mapped_file.hpp"
 #include "dissect/quant/ggml_blocks.hpp"
 #include "dissect/quant/ggml_type.hpp"
-#include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
@@ -130,6 +130,12 @@ struct GgufTensorInfo {
   std::vector<index_t> shape() const { return {dims.rbegin(), dims.rend()}; }
   index_t elements() const;
 };
+
+/// Whether `path` is a regular file that starts with GGUF's magic "GGUF", whatever its name:
+/// the one test by which detect_checkpoint (io/open_model.hpp) and the tools tell a GGUF file
+/// from a safetensors one. Reads four bytes; false for a missing or unreadable path (opening it
+/// says why), never throws. A file it accepts may still be corrupt: GgufFile checks the rest.
+bool is_gguf_file(const std::filesystem::path& path) noexcept;
 
 /// A GGUF file, mapped read-only and checked whole on opening. Movable, not copyable; spans and
 /// references stay valid while the object lives.

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "dissect/accounting/config.hpp"
+#include "dissect/accounting/tensor_names.hpp"
 #include "dissect/core/error.hpp"
 #include "dissect/io/gguf.hpp"
 #include "dissect/io/hf_config.hpp"
@@ -46,10 +47,11 @@ namespace dissect {
 struct GgufExpectedTensor {
   std::string name;
   std::vector<index_t> dims;
-  std::string_view from;  ///< the keys its dims come from, for messages
+  std::string from;  ///< the keys its dims come from, for messages
 };
 
 /// The tensors a GGUF file of `family` with `config` holds, in llama.cpp's order.
+/// @throws ConfigError for a mixture of experts.
 std::vector<GgufExpectedTensor> gguf_model_tensors(ModelFamily family,
                                                    const TransformerConfig& config);
 
@@ -61,50 +63,95 @@ HfConfig read_gguf_config(const GgufFile& file);
 
 // ---- implementation -----------------------------------------------------------------------------
 
+namespace detail {
+
+/// `config` with the biases `family`'s GGUF files hold, as read_gguf_config reads them: a bias
+/// beside every GPT-2 linear layer, none in LLaMA's.
+/// @throws ConfigError naming `op` for a mixture of experts: llama.cpp stacks a layer's experts
+///         into one 3-D tensor each (ffn_gate_exps, …), which dissect neither reads nor writes.
+inline TransformerConfig gguf_file_config(std::string_view op, ModelFamily family,
+                                          TransformerConfig config) {
+  if (config.is_moe()) {
+    throw ConfigError(concat(op, ": a mixture of experts (", family_name(family), ", ",
+                             config.n_experts, " experts) has no 2-D GGUF tensors per expert"));
+  }
+  config.bias = family == ModelFamily::gpt2;
+  return config;
+}
+
+/// One dim of a GGUF tensor and the metadata it comes from.
+struct GgufDim {
+  index_t size;
+  std::string_view from;
+};
+
+/// The dims of part `part` of `row`'s tensor (its bias's if `bias`) in a GGUF file of `family`,
+/// innermost first: dissect's [out, in] reversed.
+inline std::vector<GgufDim> gguf_tensor_dims(ModelFamily family, const TensorNames& row,
+                                             std::size_t part, bool bias,
+                                             const TransformerConfig& c) {
+  const GgufDim d{c.d_model, "embedding_length"}, f{c.d_ff, "feed_forward_length"};
+  // GPT-2's architecture has no head_count_kv or key_length: its heads are D wide together.
+  const bool head_keys = family == ModelFamily::llama;
+  const auto [q_rows, kv_rows, v_rows] = qkv_part_rows(c);
+  const GgufDim q = head_keys ? GgufDim{q_rows, "head_count · key_length"} : d;
+  const GgufDim kv{kv_rows, "head_count_kv · key_length"};
+  const GgufDim qkv{q_rows + kv_rows + v_rows, head_keys ? "head_count · key_length + 2 · "
+                                                           "head_count_kv · key_length"
+                                                         : "3 · embedding_length"};
+  GgufDim out = d, in = d;  // dissect's [out, in]
+  switch (row.tensor) {
+    case ModelTensor::token_embedding:
+    case ModelTensor::head:
+      out = {c.vocab, "the vocabulary"};
+      break;
+    case ModelTensor::position_embedding:
+      out = {c.context, "context_length"};
+      break;
+    case ModelTensor::attention_norm:
+    case ModelTensor::ffn_norm:
+    case ModelTensor::final_norm:
+      return {d};
+    case ModelTensor::qkv:
+      out = row.parts() == 1 ? qkv : part == 0 ? q : kv;
+      break;
+    case ModelTensor::attention_output:
+      in = q;
+      break;
+    case ModelTensor::router:
+      out = {c.n_experts, "expert_count"};
+      break;
+    case ModelTensor::ffn_gate:
+    case ModelTensor::ffn_up:
+      out = f;
+      break;
+    case ModelTensor::ffn_down:
+      in = f;
+      break;
+  }
+  if (bias) return {out};
+  return {in, out};
+}
+
+}  // namespace detail
+
 inline std::vector<GgufExpectedTensor> gguf_model_tensors(ModelFamily family,
                                                           const TransformerConfig& config) {
-  const index_t d = config.d_model, v = config.vocab, f = config.d_ff;
-  const index_t q = config.n_heads * config.head_size(),
-                kv = config.kv_heads() * config.head_size();
+  const TransformerConfig c = detail::gguf_file_config("gguf_model_tensors", family, config);
   std::vector<GgufExpectedTensor> tensors;
-  const auto add = [&](std::string name, std::vector<index_t> dims, std::string_view from) {
-    tensors.push_back({std::move(name), std::move(dims), from});
-  };
-  constexpr std::string_view width = "embedding_length";
-  add("token_embd.weight", {d, v}, "embedding_length, the vocabulary");
-  if (family == ModelFamily::gpt2) {
-    add("position_embd.weight", {d, config.context}, "embedding_length, context_length");
-  }
-  for (index_t layer = 0; layer < config.n_layers; ++layer) {
-    const std::string blk = concat("blk.", layer, ".");
-    if (family == ModelFamily::llama) {
-      add(blk + "attn_norm.weight", {d}, width);
-      add(blk + "attn_q.weight", {d, q}, "embedding_length, head_count · key_length");
-      add(blk + "attn_k.weight", {d, kv}, "embedding_length, head_count_kv · key_length");
-      add(blk + "attn_v.weight", {d, kv}, "embedding_length, head_count_kv · key_length");
-      add(blk + "attn_output.weight", {q, d}, "head_count · key_length, embedding_length");
-      add(blk + "ffn_norm.weight", {d}, width);
-      add(blk + "ffn_gate.weight", {d, f}, "embedding_length, feed_forward_length");
-      add(blk + "ffn_up.weight", {d, f}, "embedding_length, feed_forward_length");
-      add(blk + "ffn_down.weight", {f, d}, "feed_forward_length, embedding_length");
-    } else {
-      add(blk + "attn_norm.weight", {d}, width);
-      add(blk + "attn_norm.bias", {d}, width);
-      add(blk + "attn_qkv.weight", {d, 3 * d}, "embedding_length, 3 · embedding_length");
-      add(blk + "attn_qkv.bias", {3 * d}, "3 · embedding_length");
-      add(blk + "attn_output.weight", {d, d}, width);
-      add(blk + "attn_output.bias", {d}, width);
-      add(blk + "ffn_norm.weight", {d}, width);
-      add(blk + "ffn_norm.bias", {d}, width);
-      add(blk + "ffn_up.weight", {d, f}, "embedding_length, feed_forward_length");
-      add(blk + "ffn_up.bias", {f}, "feed_forward_length");
-      add(blk + "ffn_down.weight", {f, d}, "feed_forward_length, embedding_length");
-      add(blk + "ffn_down.bias", {d}, width);
+  for (ParameterNames& parameter : model_parameter_names(tensor_names_of(family), c)) {
+    for (std::size_t part = 0; part < parameter.gguf.size(); ++part) {
+      GgufExpectedTensor tensor{std::move(parameter.gguf[part]), {}, {}};
+      std::string_view last;  // "embedding_length" once for two dims that both come from it
+      for (const detail::GgufDim& dim :
+           detail::gguf_tensor_dims(family, *parameter.row, part, parameter.bias, c)) {
+        tensor.dims.push_back(dim.size);
+        if (dim.from != last) tensor.from += concat(last.empty() ? "" : ", ", dim.from);
+        last = dim.from;
+      }
+      tensors.push_back(std::move(tensor));
     }
   }
-  add("output_norm.weight", {d}, width);
-  if (family == ModelFamily::gpt2) add("output_norm.bias", {d}, width);
-  if (!config.tied_embeddings) add("output.weight", {d, v}, "embedding_length, the vocabulary");
   return tensors;
 }
 
@@ -258,12 +305,17 @@ inline HfConfig read_gguf_config(const GgufFile& file) {
   config.n_heads = count("attention.head_count");
   config.d_ff = count("feed_forward_length");
   config.context = count("context_length");
-  if (!file.contains("token_embd.weight") || file.info("token_embd.weight").dims.size() != 2) {
+  const FamilyTensorNames& names = tensor_names_of(family);
+  const auto weight_of = [&](ModelTensor tensor) {
+    return concat(gguf_module_name(*names.find(tensor)), ".", module_names::weight);
+  };
+  const std::string token_embd = weight_of(ModelTensor::token_embedding);
+  if (!file.contains(token_embd) || file.info(token_embd).dims.size() != 2) {
     throw FormatError(
-        concat(where, "has no 2-D tensor \"token_embd.weight\" to size the vocabulary"));
+        concat(where, "has no 2-D tensor \"", token_embd, "\" to size the vocabulary"));
   }
-  config.vocab = file.info("token_embd.weight").dims[1];
-  config.tied_embeddings = !file.contains("output.weight");
+  config.vocab = file.info(token_embd).dims[1];
+  config.tied_embeddings = !file.contains(weight_of(ModelTensor::head));
   detail::check_gguf_vocabulary(file, where, key("vocab_size"), config.vocab);
   detail::check_gguf_no_experts(file, where, key);
   if (family == ModelFamily::llama) {
@@ -300,10 +352,14 @@ inline HfConfig read_gguf_config(const GgufFile& file) {
   // Every block holds tensors: a block_count beyond the file's tensor count is refused before
   // the list of the tensors it implies is made (2^31 blocks would be 2·10^10 names).
   if (static_cast<std::uint64_t>(config.n_layers) > file.tensors().size()) {
+    TransformerConfig one_block = config, no_block = config;
+    one_block.n_layers = 1;
+    no_block.n_layers = 0;
+    const std::size_t per_block =
+        gguf_model_tensors(family, one_block).size() - gguf_model_tensors(family, no_block).size();
     throw FormatError(concat(where, "metadata ", quote_file_text(key("block_count")), " is ",
                              config.n_layers, ", but the file holds ", file.tensors().size(),
-                             " tensors (", architecture, " blocks hold ",
-                             family == ModelFamily::llama ? 9 : 12, " each)"));
+                             " tensors (", architecture, " blocks hold ", per_block, " each)"));
   }
   const std::vector<GgufExpectedTensor> expected = gguf_model_tensors(family, config);
   std::map<std::string_view, const GgufExpectedTensor*> by_name;

@@ -1,6 +1,7 @@
 // dissect/io/gguf_model_writer.hpp — a GPT2Model or LlamaModel written as the GGUF file
 // llama.cpp's converter would write for it: llama.cpp's keys and tensor names (the table of
-// gguf_weights.hpp, read backwards), LLaMA's q and k rows permuted into llama.cpp's interleaved
+// accounting/tensor_names.hpp, through gguf_weights.hpp's gguf_tensor_sources and gguf_model.hpp's
+// gguf_model_tensors), LLaMA's q and k rows permuted into llama.cpp's interleaved
 // RoPE order, the matrices in a ggml type of your choice and the norms and biases in F32 (as
 // llama.cpp keeps them).
 //

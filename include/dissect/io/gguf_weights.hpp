@@ -2,7 +2,7 @@
 // one strict load_state_dict (io/state_dict.hpp) fills a GPT2Model or LlamaModel from a
 // llama.cpp file, and load_gguf_model, which does it.
 //
-// The names follow io/gguf_model.hpp's list: token_embd → wte / embed_tokens, blk.N.attn_q, _k
+// The names are accounting/tensor_names.hpp's: token_embd → wte / embed_tokens, blk.N.attn_q, _k
 // and _v stacked by rows into layers.N.self_attn.qkv (GPT-2's attn_qkv is already stacked),
 // attn_output → proj, ffn_gate/up/down → mlp.gate/up/down, the norms to ln_1/ln_2/ln_f or
 // input_layernorm/post_attention_layernorm/norm, output → lm_head.
@@ -24,6 +24,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -34,10 +35,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "dissect/accounting/tensor_names.hpp"
 #include "dissect/io/gguf.hpp"
 #include "dissect/io/gguf_model.hpp"
 #include "dissect/io/safetensors.hpp"
 #include "dissect/io/state_dict.hpp"
+#include "dissect/layers/quantized_linear.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/quant/weight_format.hpp"
 
@@ -59,8 +62,9 @@ struct GgufTensorSource {
   std::vector<GgufPart> parts;
 };
 
-/// Every parameter of `model`'s config and its GGUF tensors: the one table of llama.cpp's names
-/// that reading (GgufWeightsView) and writing (save_gguf_model) share.
+/// Every parameter of `model`'s config and its GGUF tensors, from accounting/tensor_names.hpp's
+/// table: what reading (GgufWeightsView) and writing (save_gguf_model) share.
+/// @throws ConfigError for a mixture of experts (as gguf_model_tensors).
 std::vector<GgufTensorSource> gguf_tensor_sources(const HfConfig& model);
 
 /// A GGUF model file seen under dissect's parameter names and shapes (a TensorSource).
@@ -126,48 +130,26 @@ index_t keep_gguf_blocks(Model& model, const GgufWeightsView& view,
 // ---- implementation -----------------------------------------------------------------------------
 
 inline std::vector<GgufTensorSource> gguf_tensor_sources(const HfConfig& model) {
-  const TransformerConfig& c = model.config;
-  const index_t dk = c.head_size();
+  const TransformerConfig c =
+      detail::gguf_file_config("gguf_tensor_sources", model.family, model.config);
+  const FamilyTensorNames& names = tensor_names_of(model.family);
+  const std::array<index_t, 3> part_rows = qkv_part_rows(c);
+  // The heads of llama.cpp's reordered rotary rows: the queries' and the keys'.
+  const std::array<index_t, 3> rotary_heads =
+      names.gguf_rotary_permuted ? std::array<index_t, 3>{c.n_heads, c.kv_heads(), 0}
+                                 : std::array<index_t, 3>{};
   std::vector<GgufTensorSource> out;
-  const auto one = [&](std::string name, std::string gguf) {
-    out.push_back({std::move(name), {GgufPart{std::move(gguf), 0, 0}}});
-  };
-  if (model.family == ModelFamily::llama) {
-    one("embed_tokens.weight", "token_embd.weight");
-    for (index_t layer = 0; layer < c.n_layers; ++layer) {
-      const std::string blk = concat("blk.", layer, "."), ours = concat("layers.", layer, ".");
-      const index_t q = c.n_heads * dk, kv = c.kv_heads() * dk;
-      out.push_back({ours + "self_attn.qkv.weight",
-                     {GgufPart{blk + "attn_q.weight", 0, c.n_heads},
-                      GgufPart{blk + "attn_k.weight", q, c.kv_heads()},
-                      GgufPart{blk + "attn_v.weight", q + kv, 0}}});
-      one(ours + "self_attn.proj.weight", blk + "attn_output.weight");
-      one(ours + "mlp.gate.weight", blk + "ffn_gate.weight");
-      one(ours + "mlp.up.weight", blk + "ffn_up.weight");
-      one(ours + "mlp.down.weight", blk + "ffn_down.weight");
-      one(ours + "input_layernorm.weight", blk + "attn_norm.weight");
-      one(ours + "post_attention_layernorm.weight", blk + "ffn_norm.weight");
+  for (ParameterNames& parameter : model_parameter_names(names, c)) {
+    GgufTensorSource source{std::move(parameter.dissect), {}};
+    const bool stacked = parameter.gguf.size() > 1;
+    index_t first_row = 0;
+    for (std::size_t part = 0; part < parameter.gguf.size(); ++part) {
+      source.parts.push_back(
+          {std::move(parameter.gguf[part]), first_row, stacked ? rotary_heads[part] : 0});
+      first_row += part_rows[part];
     }
-    one("norm.weight", "output_norm.weight");
-  } else {
-    one("wte.weight", "token_embd.weight");
-    one("wpe.weight", "position_embd.weight");
-    for (index_t layer = 0; layer < c.n_layers; ++layer) {
-      const std::string blk = concat("blk.", layer, "."), ours = concat("h.", layer, ".");
-      for (const std::string_view suffix : {"weight", "bias"}) {
-        const std::string s(suffix);
-        one(ours + "ln_1." + s, blk + "attn_norm." + s);
-        one(ours + "attn.qkv." + s, blk + "attn_qkv." + s);
-        one(ours + "attn.proj." + s, blk + "attn_output." + s);
-        one(ours + "ln_2." + s, blk + "ffn_norm." + s);
-        one(ours + "mlp.up." + s, blk + "ffn_up." + s);
-        one(ours + "mlp.down." + s, blk + "ffn_down." + s);
-      }
-    }
-    one("ln_f.weight", "output_norm.weight");
-    one("ln_f.bias", "output_norm.bias");
+    out.push_back(std::move(source));
   }
-  if (!c.tied_embeddings) one("lm_head.weight", "output.weight");
   return out;
 }
 

@@ -40,6 +40,7 @@
 #include <string_view>
 
 #include "dissect/accounting/config.hpp"
+#include "dissect/accounting/tensor_names.hpp"
 #include "dissect/core/error.hpp"
 #include "dissect/models/styles.hpp"
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
@@ -68,6 +69,12 @@ inline const DecoderStyle& style_of(ModelFamily family) {
 /// "gpt2" / "llama" / "mixtral", as config.json's model_type spells them.
 inline std::string_view family_name(ModelFamily family) {
   return style_of(family).family;
+}
+
+/// `family`'s tensor names: dissect's, Hugging Face's, llama.cpp's (accounting/tensor_names.hpp).
+/// @throws ConfigError for a value outside the enum.
+inline const FamilyTensorNames& tensor_names_of(ModelFamily family) {
+  return tensor_names_of(family_name(family));
 }
 
 /// Whether `family` names its attention and FFN as LLaMA does (q_proj … o_proj, rotary rows):

@@ -1,6 +1,6 @@
-// dissect/io/hf_names.hpp — Hugging Face's tensor names for GPT-2 and LLaMA, and dissect's: the
-// one place these naming rules are written (the loader in io/huggingface.hpp and the `dissect`
-// tool both read them here).
+// dissect/io/hf_names.hpp — Hugging Face's tensor names and dissect's, mapped both ways by the
+// rules of accounting/tensor_names.hpp's table (the loader in io/huggingface.hpp, the writer in
+// io/hf_writer.hpp and the `dissect` tool read them here).
 //
 // - GPT-2: an optional "transformer." prefix (the official files have none); Conv1D weights
 //   stored [in, out]; c_attn → qkv, attn.c_proj → proj, c_fc → up, mlp.c_proj → down; the
@@ -22,7 +22,9 @@
 #include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
+#include "dissect/accounting/tensor_names.hpp"
 #include "dissect/io/hf_config.hpp"
 #include "dissect/models/styles.hpp"
 
@@ -63,6 +65,17 @@ bool is_conv1d_weight(std::string_view name);
 std::optional<HfTensorName> hf_to_dissect_name(ModelFamily family, std::string_view name,
                                                bool tied_head = false);
 
+/// Hugging Face's names of dissect's tensor `name` of a `family` model, as save_hf_checkpoint
+/// writes them: one, or the three whose rows stack into it (q_proj, k_proj, v_proj).
+struct HfTensorNames {
+  std::vector<std::string> names;
+  bool transpose = false;  ///< a GPT-2 Conv1D weight: stored [in, out]
+};
+
+/// hf_to_dissect_name's inverse: `name` under Hugging Face's names, with the prefix where the
+/// family's files have one. A name the rules do not know comes back as itself (prefixed).
+HfTensorNames dissect_to_hf_names(ModelFamily family, std::string_view name);
+
 /// The layer a tensor belongs to, from its "h.N." (GPT-2) or "layers.N." (LLaMA) part, in
 /// Hugging Face's names (prefixed or not) and dissect's alike; nullopt outside the layers.
 std::optional<index_t> layer_index_of(std::string_view name);
@@ -75,51 +88,40 @@ bool is_embedding_name(std::string_view name);
 
 namespace detail {
 
-/// A checkpoint's module name and dissect's, matched anywhere in a tensor's name.
-using NamePair = std::pair<std::string_view, std::string_view>;
+/// One tensor's Hugging Face module name(s) and dissect's, matched anywhere in a tensor's name as
+/// whole dotted parts in their parent (".attn.c_attn." and ".attn.qkv.").
+struct HfRename {
+  const TensorNames* row;
+  std::vector<std::string> theirs;  ///< one, or the queries', keys' and values'
+  std::string ours;
+};
 
-/// GPT-2's renames: every one is a Conv1D.
-inline constexpr std::array<NamePair, 4> gpt2_renames{{{".attn.c_attn.", ".attn.qkv."},
-                                                       {".attn.c_proj.", ".attn.proj."},
-                                                       {".mlp.c_fc.", ".mlp.up."},
-                                                       {".mlp.c_proj.", ".mlp.down."}}};
-
-/// LLaMA's renames: the first three stack into qkv, in this order.
-inline constexpr std::array<NamePair, 7> llama_renames{{{".self_attn.q_proj.", ".self_attn.qkv."},
-                                                        {".self_attn.k_proj.", ".self_attn.qkv."},
-                                                        {".self_attn.v_proj.", ".self_attn.qkv."},
-                                                        {".self_attn.o_proj.", ".self_attn.proj."},
-                                                        {".mlp.gate_proj.", ".mlp.gate."},
-                                                        {".mlp.up_proj.", ".mlp.up."},
-                                                        {".mlp.down_proj.", ".mlp.down."}}};
-
-/// Mixtral's renames: LLaMA's attention ones (the first three stack into qkv), then the router
-/// and the experts' three projections.
-inline constexpr std::array<NamePair, 8> mixtral_renames{
-    {{".self_attn.q_proj.", ".self_attn.qkv."},
-     {".self_attn.k_proj.", ".self_attn.qkv."},
-     {".self_attn.v_proj.", ".self_attn.qkv."},
-     {".self_attn.o_proj.", ".self_attn.proj."},
-     {".block_sparse_moe.gate.", ".block_sparse_moe.router."},
-     {".w1.", ".gate."},
-     {".w3.", ".up."},
-     {".w2.", ".down."}}};
-
-/// The renames of `family`, in the order they are tried (the first that matches applies).
-inline std::span<const NamePair> hf_renames(ModelFamily family) {
-  switch (family) {
-    case ModelFamily::gpt2:
-      return gpt2_renames;
-    case ModelFamily::llama:
-      return llama_renames;
-    case ModelFamily::mixtral:
-      break;
+/// The renames of `names`' tensors whose Hugging Face name is not dissect's, in the table's order
+/// (the first that matches applies).
+inline std::vector<HfRename> hf_renames(const FamilyTensorNames& names) {
+  std::vector<HfRename> renames;
+  for (const TensorNames& row : names.tensors) {
+    if (row.parts() == 1 && row.hf[0] == row.dissect) continue;
+    // An expert's parent is "experts.M": its own name, between dots, is enough.
+    const auto dotted = [&](std::string_view leaf) {
+      return row.parent == TensorParent::expert
+                 ? concat(".", leaf, ".")
+                 : concat(".", path_in_layer(names, row.parent, leaf, 0), ".");
+    };
+    HfRename rename{&row, {}, dotted(row.dissect)};
+    for (std::size_t part = 0; part < row.parts(); ++part)
+      rename.theirs.push_back(dotted(row.hf[part]));
+    renames.push_back(std::move(rename));
   }
-  return mixtral_renames;
+  return renames;
 }
 
-inline constexpr std::array<std::string_view, 2> gpt2_buffers{".attn.bias", ".attn.masked_bias"};
-inline constexpr std::array<std::string_view, 1> llama_buffers{"rotary_emb.inv_freq"};
+/// `name` with `names`' Hugging Face prefix, where its files have one (not before the head).
+inline std::string with_hf_prefix(const FamilyTensorNames& names, std::string name) {
+  if (!names.hf_prefix_written || name == concat(names.module(ModelTensor::head), ".weight"))
+    return name;
+  return concat(names.hf_prefix, name);
+}
 
 /// Where module `module` starts in `name` as a whole dotted part ("h" in "transformer.h.0.…",
 /// not in "ch.0."), searching from `from`; npos if nowhere.
@@ -136,7 +138,7 @@ inline std::size_t find_module(std::string_view name, std::string_view module,
 }  // namespace detail
 
 inline std::string_view hf_prefix(ModelFamily family) {
-  return family == ModelFamily::gpt2 ? "transformer." : "model.";
+  return tensor_names_of(family).hf_prefix;
 }
 
 inline std::string_view strip_hf_prefix(ModelFamily family, std::string_view name) {
@@ -145,53 +147,76 @@ inline std::string_view strip_hf_prefix(ModelFamily family, std::string_view nam
 }
 
 inline bool is_hf_buffer(ModelFamily family, std::string_view name) {
-  const auto ends_with_any = [&](const auto& suffixes) {
-    for (std::string_view suffix : suffixes) {
-      if (name.ends_with(suffix)) return true;
-    }
-    return false;
-  };
-  return family == ModelFamily::gpt2 ? ends_with_any(detail::gpt2_buffers)
-                                     : ends_with_any(detail::llama_buffers);  // and mixtral
+  for (std::string_view suffix : tensor_names_of(family).hf_buffers) {
+    if (name.ends_with(suffix)) return true;
+  }
+  return false;
 }
 
 inline bool is_hf_buffer(std::string_view name) {
-  return is_hf_buffer(ModelFamily::gpt2, name) || is_hf_buffer(ModelFamily::llama, name);
+  for (const FamilyTensorNames* names : tensor_name_families) {
+    for (std::string_view suffix : names->hf_buffers) {
+      if (name.ends_with(suffix)) return true;
+    }
+  }
+  return false;
 }
 
 inline bool is_conv1d_weight(std::string_view name) {
   if (!name.ends_with(".weight")) return false;
-  for (const auto& [theirs, ours] : detail::gpt2_renames) {
-    if (name.find(theirs) != std::string_view::npos) return true;
+  for (const FamilyTensorNames* names : tensor_name_families) {
+    for (const detail::HfRename& rename : detail::hf_renames(*names)) {
+      if (!rename.row->hf_transposed) continue;
+      for (const std::string& theirs : rename.theirs) {
+        if (name.find(theirs) != std::string_view::npos) return true;
+      }
+    }
   }
   return false;
 }
 
 inline std::optional<HfTensorName> hf_to_dissect_name(ModelFamily family, std::string_view name,
                                                       bool tied_head) {
-  const std::string_view head = style_of(family).head;
+  const FamilyTensorNames& names = tensor_names_of(family);
+  const std::string_view head = names.module(ModelTensor::head);
   name = strip_hf_prefix(family, name);
   if (is_hf_buffer(family, name)) return std::nullopt;
   if (tied_head && name == std::string(head) + ".weight") return std::nullopt;
   HfTensorName result{std::string(name), false, -1};
-  const auto renames = detail::hf_renames(family);
-  for (std::size_t i = 0; i < renames.size(); ++i) {
-    const auto& [theirs, ours] = renames[i];
-    if (const auto at = result.name.find(theirs); at != std::string::npos) {
-      result.name.replace(at, theirs.size(), ours);
-      if (family == ModelFamily::gpt2) {
-        result.transpose = result.name.ends_with(".weight");  // Conv1D: [in, out]
-      } else if (i < 3) {
-        result.qkv_part = static_cast<int>(i);
+  for (const detail::HfRename& rename : detail::hf_renames(names)) {
+    for (std::size_t part = 0; part < rename.theirs.size(); ++part) {
+      const std::string& theirs = rename.theirs[part];
+      if (const auto at = result.name.find(theirs); at != std::string::npos) {
+        result.name.replace(at, theirs.size(), rename.ours);
+        result.transpose = rename.row->hf_transposed && result.name.ends_with(".weight");
+        if (rename.theirs.size() > 1) result.qkv_part = static_cast<int>(part);
+        return result;
       }
-      break;
     }
   }
   return result;
 }
 
+inline HfTensorNames dissect_to_hf_names(ModelFamily family, std::string_view name) {
+  const FamilyTensorNames& names = tensor_names_of(family);
+  for (const detail::HfRename& rename : detail::hf_renames(names)) {
+    const auto at = name.find(rename.ours);
+    if (at == std::string_view::npos) continue;
+    HfTensorNames result;
+    result.transpose = rename.row->hf_transposed && name.ends_with(".weight");
+    for (const std::string& theirs : rename.theirs) {
+      std::string hf(name);
+      hf.replace(at, rename.ours.size(), theirs);
+      result.names.push_back(detail::with_hf_prefix(names, std::move(hf)));
+    }
+    return result;
+  }
+  return {{detail::with_hf_prefix(names, std::string(name))}, false};
+}
+
 inline std::optional<index_t> layer_index_of(std::string_view name) {
-  for (std::string_view layers : {gpt2_style.layers, llama_style.layers}) {
+  for (const FamilyTensorNames* names : tensor_name_families) {
+    const std::string_view layers = names->layers;
     for (std::size_t at = detail::find_module(name, layers); at != std::string_view::npos;
          at = detail::find_module(name, layers, at + 1)) {
       const char* first = name.data() + at + layers.size() + 1;  // after "h."
@@ -206,8 +231,9 @@ inline std::optional<index_t> layer_index_of(std::string_view name) {
 }
 
 inline bool is_embedding_name(std::string_view name) {
-  for (const DecoderStyle* style : {&gpt2_style, &llama_style}) {
-    for (std::string_view module : {style->token_embedding, style->position_embedding}) {
+  for (const FamilyTensorNames* names : tensor_name_families) {
+    for (std::string_view module : {names->module(ModelTensor::token_embedding),
+                                    names->module(ModelTensor::position_embedding)}) {
       if (!module.empty() && detail::find_module(name, module) != std::string_view::npos) {
         return true;
       }

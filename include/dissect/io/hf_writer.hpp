@@ -1,6 +1,6 @@
 // dissect/io/hf_writer.hpp — a GPT2Model or LlamaModel written as a Hugging Face checkpoint
 // directory: config.json under transformers' keys and model.safetensors under Hugging Face's
-// tensor names (the renames of hf_names.hpp, read backwards), which io/huggingface.hpp and
+// tensor names (hf_names.hpp's dissect_to_hf_names), which io/huggingface.hpp and
 // transformers' from_pretrained both read.
 //
 //   dissect::save_hf_checkpoint("out-dir", model);  // out-dir/config.json, model.safetensors
@@ -10,6 +10,7 @@
 // keep the model's scalar type (F32 for a float model) unless `dtype` says otherwise.
 #pragma once
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -19,10 +20,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dissect/accounting/tensor_names.hpp"
 #include "dissect/core/error.hpp"
 #include "dissect/io/hf_config.hpp"
 #include "dissect/io/hf_names.hpp"
 #include "dissect/io/safetensors.hpp"
+#include "dissect/tensor/module.hpp"
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/io/detail/atomic_file.hpp"
@@ -104,56 +107,41 @@ void save_hf_checkpoint(const std::filesystem::path& dir, const Model& model,
   }
 
   using Scalar = typename Model::scalar_type;
-  const auto renames = detail::hf_renames(family);
-  const index_t q_rows = config.config.n_heads * config.config.head_size();
-  const index_t kv_rows = config.config.kv_heads() * config.config.head_size();
-  const std::string_view head = style_of(family).head;
+  const std::array<index_t, 3> part_rows = qkv_part_rows(config.config);
   std::vector<SaveEntry> entries;
   std::vector<std::vector<Scalar>> transposed;  // GPT-2's Conv1D weights, alive until saved
   transposed.reserve(4 * static_cast<std::size_t>(config.config.n_layers));
   model.for_each_parameter([&](const ParameterName& parameter, auto value, auto) {
-    std::string name = parameter.str();
+    HfTensorNames hf = dissect_to_hf_names(family, parameter.str());
     const std::vector<index_t> shape(value.shape().begin(), value.shape().end());
     const index_t row_length = shape.size() > 1 ? shape[1] : 1;
-    for (std::size_t i = 0; i < renames.size(); ++i) {
-      const auto& [theirs, ours] = renames[i];
-      const auto at = name.find(ours);
-      if (at == std::string::npos) continue;
-      if (has_llama_layout(family) && i < 3) {
-        // qkv: q_proj, k_proj and v_proj, its rows in that order.
-        const index_t starts[] = {0, q_rows, q_rows + kv_rows};
-        const index_t counts[] = {q_rows, kv_rows, kv_rows};
-        for (std::size_t part = 0; part < 3; ++part) {
-          std::string part_name = name;
-          part_name.replace(at, ours.size(), renames[part].first);
-          std::vector<index_t> part_shape = shape;
-          part_shape[0] = counts[part];
-          entries.emplace_back(
-              concat(hf_prefix(family), part_name), std::move(part_shape),
-              std::span<const Scalar>(value.data() + starts[part] * row_length,
-                                      static_cast<std::size_t>(counts[part] * row_length)),
-              dtype);
-        }
-        return;
+    if (hf.names.size() > 1) {
+      // qkv: q_proj, k_proj and v_proj, its rows in that order.
+      index_t first_row = 0;
+      for (std::size_t part = 0; part < hf.names.size(); ++part) {
+        std::vector<index_t> part_shape = shape;
+        part_shape[0] = part_rows[part];
+        entries.emplace_back(
+            std::move(hf.names[part]), std::move(part_shape),
+            std::span<const Scalar>(value.data() + first_row * row_length,
+                                    static_cast<std::size_t>(part_rows[part] * row_length)),
+            dtype);
+        first_row += part_rows[part];
       }
-      name.replace(at, ours.size(), theirs);
-      if (family == ModelFamily::gpt2 && shape.size() == 2) {  // Conv1D: stored [in, out]
-        std::vector<Scalar>& t = transposed.emplace_back(static_cast<std::size_t>(value.size()));
-        for (index_t r = 0; r < shape[0]; ++r) {
-          for (index_t k = 0; k < shape[1]; ++k)
-            t[k * shape[0] + r] = value.data()[r * shape[1] + k];
-        }
-        entries.emplace_back(name, std::vector<index_t>{shape[1], shape[0]},
-                             std::span<const Scalar>(t), dtype);
-        return;
-      }
-      break;
+      return;
     }
-    if (has_llama_layout(family) && name != concat(head, ".weight"))
-      name = concat(hf_prefix(family), name);
+    if (hf.transpose && shape.size() == 2) {  // Conv1D: stored [in, out]
+      std::vector<Scalar>& t = transposed.emplace_back(static_cast<std::size_t>(value.size()));
+      for (index_t r = 0; r < shape[0]; ++r) {
+        for (index_t k = 0; k < shape[1]; ++k) t[k * shape[0] + r] = value.data()[r * shape[1] + k];
+      }
+      entries.emplace_back(std::move(hf.names.front()), std::vector<index_t>{shape[1], shape[0]},
+                           std::span<const Scalar>(t), dtype);
+      return;
+    }
     entries.emplace_back(
-        name, shape, std::span<const Scalar>(value.data(), static_cast<std::size_t>(value.size())),
-        dtype);
+        std::move(hf.names.front()), shape,
+        std::span<const Scalar>(value.data(), static_cast<std::size_t>(value.size())), dtype);
   });
   save_safetensors(dir / "model.safetensors", entries, {{"format", "pt"}});
   detail::write_file_atomically(dir / hf_config_file, "save_hf_checkpoint", [&](auto& writer) {

@@ -22,11 +22,11 @@
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/freezing.hpp"
 #include "dissect/io/detail/json.hpp"
 #include "dissect/io/safetensors.hpp"
 #include "dissect/layers/linear.hpp"
 #include "dissect/layers/lora_adapter.hpp"
+#include "dissect/tensor/freezing.hpp"
 #include "dissect/tensor/module.hpp"
 
 namespace dissect {

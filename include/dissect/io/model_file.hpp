@@ -22,7 +22,6 @@
 #include <string_view>
 
 #include "dissect/accounting/config.hpp"
-#include "dissect/tensor/freezing.hpp"
 #include "dissect/io/checkpoint.hpp"
 #include "dissect/io/checkpoint_fit.hpp"
 #include "dissect/io/hf_config.hpp"
@@ -30,6 +29,7 @@
 #include "dissect/io/quantized_file.hpp"
 #include "dissect/io/state_dict.hpp"
 #include "dissect/models/decoder_model.hpp"
+#include "dissect/tensor/freezing.hpp"
 
 namespace dissect {
 

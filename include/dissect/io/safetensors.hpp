@@ -29,11 +29,11 @@
 #include "dissect/core/detail/enum_check.hpp"
 #include "dissect/core/dtype.hpp"
 #include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/io/detail/atomic_file.hpp"
 #include "dissect/io/detail/json.hpp"
 #include "dissect/io/detail/mapped_file.hpp"
 #include "dissect/io/detail/stored_dtype.hpp"
-#include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {

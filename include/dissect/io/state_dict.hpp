@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/init.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/io/checkpoint.hpp"
 #include "dissect/io/safetensors.hpp"
+#include "dissect/tensor/init.hpp"
 #include "dissect/tensor/module.hpp"
-#include "dissect/core/shape.hpp"
 
 namespace dissect {
 

@@ -39,13 +39,13 @@
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/init.hpp"
 #include "dissect/io/detail/json.hpp"
 #include "dissect/io/safetensors.hpp"
 #include "dissect/io/state_dict.hpp"
+#include "dissect/tensor/init.hpp"
 #include "dissect/tensor/module.hpp"
-#include "dissect/training/optim.hpp"
 #include "dissect/tensor/tensor.hpp"
+#include "dissect/training/optim.hpp"
 
 namespace dissect {
 

@@ -48,10 +48,10 @@ inline ChatTemplateFiles read_gguf_templates(const GgufFile& file) {
   return files;
 }
 
-/// find_chat_templates, and a .gguf file's templates.
-/// @throws ConfigError if the file carries no chat template.
+/// find_chat_templates, and a GGUF file's templates (a GGUF file known by its magic, whatever its
+/// name: is_gguf_file). @throws ConfigError if the file carries no chat template.
 inline ChatTemplateFiles find_model_chat_templates(const std::filesystem::path& path) {
-  if (path.extension() != ".gguf") return find_chat_templates(path);
+  if (!is_gguf_file(path)) return find_chat_templates(path);
   ChatTemplateFiles files = read_gguf_templates(GgufFile(path));
   if (files.templates.empty())
     throw ConfigError(concat(files.origin, ": no chat template (no tokenizer.chat_template key)"));

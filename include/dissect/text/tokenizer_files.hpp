@@ -16,6 +16,10 @@
 
 namespace dissect::text {
 
+/// The metadata key under which a safetensors checkpoint may carry its tokenizer.json whole
+/// (examples/train_gpt.cpp --tokenizer bpe:N writes it); tokenizer_for reads it first.
+inline constexpr const char* tokenizer_json_key = "dissect.tokenizer_json";
+
 /// The whole of a file. @throws Error "<op>: cannot read <path>".
 inline std::string read_text_file(const std::filesystem::path& path, std::string_view op) {
   std::ifstream in(path, std::ios::binary);

@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <sstream>
 #include <type_traits>
@@ -282,6 +283,19 @@ inline std::string GgufValue::describe(std::size_t max_elements) const {
 }
 
 // ---- GgufFile -----------------------------------------------------------------------------------
+
+inline bool is_gguf_file(const std::filesystem::path& path) noexcept {
+  try {
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(path, error)) return false;
+    std::ifstream in(path, std::ios::binary);
+    char magic[4] = {};
+    in.read(magic, 4);
+    return in.gcount() == 4 && std::string_view(magic, 4) == "GGUF";
+  } catch (...) {
+    return false;  // std::ifstream may allocate; a path that cannot be read is no GGUF file here
+  }
+}
 
 inline index_t GgufTensorInfo::elements() const {
   index_t n = 1;

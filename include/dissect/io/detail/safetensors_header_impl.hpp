@@ -23,9 +23,9 @@
 #include <tuple>
 
 #include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/io/detail/json.hpp"
 #include "dissect/io/detail/stored_dtype.hpp"
-#include "dissect/core/shape.hpp"
 
 namespace dissect {
 

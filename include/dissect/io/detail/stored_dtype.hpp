@@ -24,8 +24,8 @@
 #include <type_traits>
 
 #include "dissect/core/dtype.hpp"
-#include "dissect/numeric/half.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/numeric/half.hpp"
 
 namespace dissect::detail {
 
