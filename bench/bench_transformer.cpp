@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "bench_support.hpp"
-#include "dissect/attention/attention.hpp"
 #include "dissect/accounting/model_shape.hpp"
+#include "dissect/attention/attention.hpp"
 #include "dissect/models/decoder_model.hpp"
 
 namespace dissect::bench {

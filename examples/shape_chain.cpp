@@ -6,9 +6,9 @@
 // no check on sizes can see the mistake and the chain reports that it is blind instead.
 #include <dissect/accounting/config.hpp>
 #include <dissect/accounting/forward_chain.hpp>
-#include <dissect/tensor/init.hpp>
-#include <dissect/layers/linear.hpp>
 #include <dissect/accounting/shape_chain.hpp>
+#include <dissect/layers/linear.hpp>
+#include <dissect/tensor/init.hpp>
 #include <dissect/tensor/tensor.hpp>
 
 #include <iostream>

@@ -42,15 +42,15 @@
 #include "common/cli.hpp"
 #include "common/fashion_mnist.hpp"
 #include "common/svg_plot.hpp"
+#include "dissect/core/shape.hpp"
+#include "dissect/layers/linear.hpp"
 #include "dissect/tensor/activation.hpp"
 #include "dissect/tensor/init.hpp"
-#include "dissect/layers/linear.hpp"
-#include "dissect/training/loss.hpp"
 #include "dissect/tensor/module.hpp"
-#include "dissect/training/optim.hpp"
 #include "dissect/tensor/sequential.hpp"
-#include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
+#include "dissect/training/loss.hpp"
+#include "dissect/training/optim.hpp"
 
 namespace {
 

@@ -8,10 +8,10 @@
 // the chain.
 #include <dissect/accounting/config.hpp>
 #include <dissect/accounting/forward_chain.hpp>
+#include <dissect/accounting/shape_chain.hpp>
+#include <dissect/models/decoder_model.hpp>
 #include <dissect/tensor/init.hpp>
 #include <dissect/training/loss.hpp>
-#include <dissect/models/decoder_model.hpp>
-#include <dissect/accounting/shape_chain.hpp>
 
 #include <chrono>
 #include <iostream>

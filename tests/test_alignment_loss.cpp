@@ -1,5 +1,5 @@
-// Tests for dissect/training/alignment_loss.hpp: DPO, PPO and GRPO against plain-torch references with
-// autograd (fixtures in float32 and float64, ragged masks with padded targets), finite
+// Tests for dissect/training/alignment_loss.hpp: DPO, PPO and GRPO against plain-torch references
+// with autograd (fixtures in float32 and float64, ragged masks with padded targets), finite
 // differences in double of each loss's gradient with respect to the logits (and PPO's values),
 // the algebra each paper implies (a policy equal to its reference, a ratio of 1, advantages that
 // sum to 0 per group), and every bad input with its type and message (reliability rows 102, 103).

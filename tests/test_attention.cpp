@@ -1,5 +1,5 @@
-// Tests of dissect/attention/attention.hpp: causal attention against a plain-loop reference in double
-// (plain, grouped-query, with earlier positions in front, across the 64-wide key and query
+// Tests of dissect/attention/attention.hpp: causal attention against a plain-loop reference in
+// double (plain, grouped-query, with earlier positions in front, across the 64-wide key and query
 // tiles), the online and the training forward against each other, backward against finite
 // differences in double, a given score scale (GPT-2's unscaled and per-layer scores) in every
 // entry point and in backward, the FLOP count, and every refused shape or scale.

@@ -1,7 +1,8 @@
-// Tests for dissect/layers/batch_norm.hpp: hand-computed statistics and running averages (the unbiased
-// running variance), the training/evaluation mode, PyTorch fixtures (nn.BatchNorm1d: two training
-// steps then evaluation, [N, C] and [N, C, L]), finite differences in double in both modes, the
-// module protocol, and every bad input with its type and message — each leaving the state alone.
+// Tests for dissect/layers/batch_norm.hpp: hand-computed statistics and running averages (the
+// unbiased running variance), the training/evaluation mode, PyTorch fixtures (nn.BatchNorm1d: two
+// training steps then evaluation, [N, C] and [N, C, L]), finite differences in double in both
+// modes, the module protocol, and every bad input with its type and message — each leaving the
+// state alone.
 #include "dissect/layers/batch_norm.hpp"
 
 #include <gtest/gtest.h>

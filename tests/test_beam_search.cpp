@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "dissect/training/loss.hpp"
 #include "dissect/models/beam_search.hpp"
 #include "dissect/models/generate.hpp"
+#include "dissect/training/loss.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"

@@ -1,11 +1,12 @@
-// Tests of BitNet b1.58's BitLinear (dissect/layers/bit_linear.hpp), its quantisers (quant/bitnet.hpp),
-// Linear's bitlinear mode and use_bitlinear (transforms/bitlinear.hpp): forward and every gradient
-// against PyTorch fixtures written from the reference's formulas (tests/reference, block
-// "bitlinear"), in float and double; the straight-through estimator as an algebraic identity
-// (the gradient is exactly that of the product with the quantised values held fixed) and by finite
-// differences of that surrogate in double; the quantisers' properties (levels, ties to even,
-// idempotence, scale invariance); the degenerate and non-finite inputs (docs/reliability.md row
-// 82); the errors (rows 81 and 83); and a tiny LLaMA trained with ternary weights.
+// Tests of BitNet b1.58's BitLinear (dissect/layers/bit_linear.hpp), its quantisers
+// (quant/bitnet.hpp), Linear's bitlinear mode and use_bitlinear (transforms/bitlinear.hpp): forward
+// and every gradient against PyTorch fixtures written from the reference's formulas
+// (tests/reference, block "bitlinear"), in float and double; the straight-through estimator as an
+// algebraic identity (the gradient is exactly that of the product with the quantised values held
+// fixed) and by finite differences of that surrogate in double; the quantisers' properties (levels,
+// ties to even, idempotence, scale invariance); the degenerate and non-finite inputs
+// (docs/reliability.md row 82); the errors (rows 81 and 83); and a tiny LLaMA trained with ternary
+// weights.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,13 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "dissect/tensor/activation.hpp"
-#include "dissect/layers/bit_linear.hpp"
 #include "dissect/blocks/gated_feed_forward.hpp"
-#include "dissect/training/loss.hpp"
+#include "dissect/layers/bit_linear.hpp"
 #include "dissect/models/decoder_model.hpp"
-#include "dissect/training/optim.hpp"
 #include "dissect/quant/bitnet.hpp"
+#include "dissect/tensor/activation.hpp"
+#include "dissect/training/loss.hpp"
+#include "dissect/training/optim.hpp"
 #include "dissect/transforms/bitlinear.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"

@@ -1,7 +1,7 @@
-// Tests for dissect/accounting/budget.hpp: every number of lesson 0.1 §5.3 (the 24 GB card), its failure
-// modes, GQA's smaller KV cache, prefill FLOPs from a count and from a config, and bad inputs
-// (reliability.md rows 16, 17 and 23) as ConfigErrors naming the field. The value parsers the
-// `budget` tool relies on are tested in tools/test_parse.cpp.
+// Tests for dissect/accounting/budget.hpp: every number of lesson 0.1 §5.3 (the 24 GB card), its
+// failure modes, GQA's smaller KV cache, prefill FLOPs from a count and from a config, and bad
+// inputs (reliability.md rows 16, 17 and 23) as ConfigErrors naming the field. The value parsers
+// the `budget` tool relies on are tested in tools/test_parse.cpp.
 #include "dissect/accounting/budget.hpp"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
-// Tests for dissect/accounting/config.hpp: defaults that derive from other fields, validation naming the
-// field (reliability.md row 15), style enums out of range (row 23), and the presets' fields
-// against their published configs.
+// Tests for dissect/accounting/config.hpp: defaults that derive from other fields, validation
+// naming the field (reliability.md row 15), style enums out of range (row 23), and the presets'
+// fields against their published configs.
 #include "dissect/accounting/config.hpp"
 
 #include <gtest/gtest.h>

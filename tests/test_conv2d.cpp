@@ -1,8 +1,8 @@
-// Tests for dissect/layers/conv2d.hpp: a hand-computed convolution, im2col's layout, PyTorch fixtures
-// (nn.Conv2d forward and autograd: stride, padding, dilation, rectangular kernels, bias on/off),
-// a direct seven-loop convolution as the oracle on the GEMM path, finite differences in double,
-// the allocations of a call (one column buffer, whatever the image size: this file is in the
-// `allocations` group, whose binaries count operator new), the module protocol, and every bad
+// Tests for dissect/layers/conv2d.hpp: a hand-computed convolution, im2col's layout, PyTorch
+// fixtures (nn.Conv2d forward and autograd: stride, padding, dilation, rectangular kernels, bias
+// on/off), a direct seven-loop convolution as the oracle on the GEMM path, finite differences in
+// double, the allocations of a call (one column buffer, whatever the image size: this file is in
+// the `allocations` group, whose binaries count operator new), the module protocol, and every bad
 // input with its type and message.
 #include "dissect/layers/conv2d.hpp"
 

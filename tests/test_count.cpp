@@ -1,5 +1,5 @@
-// Tests for dissect/accounting/count.hpp: the lesson's 12·D²·L estimate and its exercise, the exact counts
-// published for GPT-2 and LLaMA, each style choice's contribution, the count as the sum over
+// Tests for dissect/accounting/count.hpp: the lesson's 12·D²·L estimate and its exercise, the exact
+// counts published for GPT-2 and LLaMA, each style choice's contribution, the count as the sum over
 // weight_matrices, and overflow (reliability.md row 16) as an error rather than a wrapped number
 // — while an estimate beyond int64 never blocks an exact count that fits.
 #include "dissect/accounting/count.hpp"

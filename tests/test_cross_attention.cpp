@@ -1,7 +1,7 @@
-// Tests of dissect/attention/cross_attention.hpp and dissect/blocks/cross_attention.hpp: the functional
-// core against a plain-loop masked softmax in double (T ≠ S, grouped-query, a different padding
-// per batch element, a fully padded memory), against causal_attention's own arithmetic (one query
-// over all S keys is a decoding step), padding against truncation, backward against finite
+// Tests of dissect/attention/cross_attention.hpp and dissect/blocks/cross_attention.hpp: the
+// functional core against a plain-loop masked softmax in double (T ≠ S, grouped-query, a different
+// padding per batch element, a fully padded memory), against causal_attention's own arithmetic (one
+// query over all S keys is a decoding step), padding against truncation, backward against finite
 // differences in double, PyTorch fixtures (core and block, float32 and float64, forward and every
 // gradient), the block's parameters and names, and every refused input (reliability row 94).
 #include <gtest/gtest.h>
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "dissect/attention/attention.hpp"
-#include "dissect/blocks/cross_attention.hpp"
 #include "dissect/attention/cross_attention.hpp"
+#include "dissect/blocks/cross_attention.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"
 #include "support/tensor_testing.hpp"

@@ -1,6 +1,6 @@
-// Tests for dissect/layers/dropout.hpp: the mode (evaluation and p = 0 are the identity), seeded masks
-// (the same seed, the same masks; the kept fraction near 1 − p), backward with the forward's mask,
-// p = 1 and NaN as torch, PyTorch fixtures (F.dropout's own mask replayed through
+// Tests for dissect/layers/dropout.hpp: the mode (evaluation and p = 0 are the identity), seeded
+// masks (the same seed, the same masks; the kept fraction near 1 − p), backward with the forward's
+// mask, p = 1 and NaN as torch, PyTorch fixtures (F.dropout's own mask replayed through
 // forward_masked, y and dx bit for bit), finite differences with a fixed mask, a place in
 // Sequential, and every bad input with its type and message, leaving the cache alone.
 #include "dissect/layers/dropout.hpp"
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "dissect/tensor/activation.hpp"
 #include "dissect/layers/linear.hpp"
+#include "dissect/tensor/activation.hpp"
 #include "dissect/tensor/sequential.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "support/tensor_testing.hpp"
@@ -83,6 +84,16 @@ TEST(Dtype, FileNamesAreSafetensors) {
   EXPECT_EQ(dtype_info(Dtype::bf16).file_name, "BF16");
   EXPECT_EQ(dtype_info(Dtype::int8).file_name, "I8");
   EXPECT_EQ(dtype_info(Dtype::q4_0).file_name, "");  // no safetensors dtype: stored as U8 bytes
+  // And back: a file's name finds its row; a name with no row (or the empty one) finds none.
+  static_assert(dtype_from_file_name("BF16") == Dtype::bf16);
+  EXPECT_EQ(dtype_from_file_name("F32"), Dtype::fp32);
+  EXPECT_EQ(dtype_from_file_name("F16"), Dtype::fp16);
+  EXPECT_EQ(dtype_from_file_name("F64"), Dtype::fp64);
+  EXPECT_EQ(dtype_from_file_name("I8"), Dtype::int8);
+  EXPECT_EQ(dtype_from_file_name("F8_E4M3"), Dtype::fp8);
+  EXPECT_EQ(dtype_from_file_name("U8"), std::nullopt);
+  EXPECT_EQ(dtype_from_file_name("bf16"), std::nullopt);  // file names are upper case
+  EXPECT_EQ(dtype_from_file_name(""), std::nullopt);      // not q4_0's missing name
 }
 
 TEST(Dtype, UnknownNameListsTheKnownOnes) {

@@ -1,9 +1,9 @@
-// Tests of dissect/attention/flash_attention.hpp: forward and backward, causal (with the KV-cache offset)
-// and not, grouped-query, against a plain-loop reference in double and against attention.hpp's
-// materialised path, across shapes that do not divide the 64-row tiles; PyTorch fixtures (f32,
-// f64); finite differences in double; strided heads read from a KV-cache-like buffer; the memory
-// bound (T = 16,384 forward and backward with the peak resident memory far under the 1 GiB of
-// [T, T] probabilities); every refused input (reliability rows 90, 91).
+// Tests of dissect/attention/flash_attention.hpp: forward and backward, causal (with the KV-cache
+// offset) and not, grouped-query, against a plain-loop reference in double and against
+// attention.hpp's materialised path, across shapes that do not divide the 64-row tiles; PyTorch
+// fixtures (f32, f64); finite differences in double; strided heads read from a KV-cache-like
+// buffer; the memory bound (T = 16,384 forward and backward with the peak resident memory far under
+// the 1 GiB of [T, T] probabilities); every refused input (reliability rows 90, 91).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,8 +1,8 @@
-// Tests for dissect/accounting/forward_chain.hpp: the stages and shapes of a transformer's forward pass, the
-// FLOPs identity of its linear steps against count_parameters (2 · W · B·T, W counted apart from
-// model_shape.hpp), the attention steps, and the promise that the chain's total is the prefill
-// FLOPs of forward_flops and of the budget, for every preset. The printed table is tested in
-// tools/test_chain_table.cpp.
+// Tests for dissect/accounting/forward_chain.hpp: the stages and shapes of a transformer's forward
+// pass, the FLOPs identity of its linear steps against count_parameters (2 · W · B·T, W counted
+// apart from model_shape.hpp), the attention steps, and the promise that the chain's total is the
+// prefill FLOPs of forward_flops and of the budget, for every preset. The printed table is tested
+// in tools/test_chain_table.cpp.
 #include "dissect/accounting/forward_chain.hpp"
 
 #include <gtest/gtest.h>

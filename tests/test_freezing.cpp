@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "dissect/tensor/freezing.hpp"
 #include "dissect/models/decoder_model.hpp"
+#include "dissect/tensor/freezing.hpp"
 #include "dissect/training/optim.hpp"
 #include "dissect/transforms/lora.hpp"
 #include "support/small_models.hpp"

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "dissect/blocks.hpp"
-#include "dissect/kernels/linear_products.hpp"
 #include "dissect/kernels/gemm.hpp"
+#include "dissect/kernels/linear_products.hpp"
 #include "dissect/layers/linear.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/transforms/quantize.hpp"

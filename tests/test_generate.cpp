@@ -11,10 +11,10 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/training/loss.hpp"
 #include "dissect/models/beam_search.hpp"
 #include "dissect/models/generate.hpp"
 #include "dissect/models/speculative_decoding.hpp"
+#include "dissect/training/loss.hpp"
 #include "support/small_models.hpp"
 #include "support/tensor_testing.hpp"
 

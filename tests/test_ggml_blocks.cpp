@@ -13,6 +13,8 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dissect/io/gguf.hpp"
@@ -228,6 +230,31 @@ TEST(GgmlBlocks, TypeTableNamesAndSizes) {
   }
   EXPECT_THROW(ggml_row_bytes(GgmlType::q8_0, std::numeric_limits<index_t>::max() / 32 * 32),
                OverflowError);
+}
+
+// Issue 50: a format dtype.hpp holds too is sized once, in its table, and ggml's reads it (only
+// the element types' names differ: "fp32" is ggml's "f32"). Every such pair agrees, and there are
+// eleven: all of dtype.hpp's rows but fp8 and int4, which GGUF has no type for.
+TEST(GgmlBlocks, AFormatTheDtypeTableHoldsHasItsBlock) {
+  const std::pair<std::string_view, std::string_view> renamed[] = {
+      {"fp32", "f32"}, {"fp16", "f16"}, {"int8", "i8"}, {"fp64", "f64"}};
+  int shared = 0;
+  for (const DtypeInfo& dtype : detail::dtype_table) {
+    std::string_view ggml_name = dtype.name;
+    for (const auto& [ours, theirs] : renamed) {
+      if (ours == dtype.name) ggml_name = theirs;
+    }
+    for (const GgmlTypeInfo& type : detail::ggml_type_table) {
+      if (type.name != ggml_name) continue;
+      ++shared;
+      EXPECT_EQ(type.block_elements, dtype.block_elements) << dtype.name;
+      EXPECT_EQ(type.block_bytes, dtype.block_bytes) << dtype.name;
+    }
+  }
+  EXPECT_EQ(shared, 11);
+  EXPECT_EQ(ggml_type_info(GgmlType::q4_K).block_bytes, 144);  // GGUF's, as read from dtype.hpp
+  EXPECT_EQ(ggml_type_info(GgmlType::tq2_0).block_bytes, 66);
+  EXPECT_EQ(ggml_type_info(GgmlType::f32).block_bytes, 4);
 }
 
 TEST(GgmlBlocks, RefusesWhatHasNoCode) {

@@ -1,6 +1,6 @@
-// Tests for dissect/kernels/linear_products.hpp: the fast kernels against the naive oracle over random shapes
-// (including empty ones and shapes that cross the GEMM column panel), IEEE propagation, and
-// output buffers that are written before they are read.
+// Tests for dissect/kernels/linear_products.hpp: the fast kernels against the naive oracle over
+// random shapes (including empty ones and shapes that cross the GEMM column panel), IEEE
+// propagation, and output buffers that are written before they are read.
 #include "dissect/kernels/linear_products.hpp"
 
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
-// Tests of dissect/attention/kv_cache.hpp: its bytes are the budget's kv_cache_bytes for the same config,
-// batch and capacity; writes land at the positions attention reads; refused writes and
+// Tests of dissect/attention/kv_cache.hpp: its bytes are the budget's kv_cache_bytes for the same
+// config, batch and capacity; writes land at the positions attention reads; refused writes and
 // advances change nothing.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-// Tests of dissect/attention/linear_attention.hpp: the prefix-sum forward and its O(T·d²) backward against
-// the quadratic form φ(Q)φ(K)ᵀ (⊙ the causal mask) written as plain loops in double and as
+// Tests of dissect/attention/linear_attention.hpp: the prefix-sum forward and its O(T·d²) backward
+// against the quadratic form φ(Q)φ(K)ᵀ (⊙ the causal mask) written as plain loops in double and as
 // PyTorch fixtures (float32 and float64, forward and every gradient, causal and not, grouped-query,
 // eps), finite differences in double, the recurrent decode against the causal forward (token by
 // token and in chunks), T = 100,000 (no [T, T] anywhere), and every refused input (row 95).

@@ -14,10 +14,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "dissect/tensor/freezing.hpp"
 #include "dissect/lora.hpp"
-#include "dissect/training/loss.hpp"
 #include "dissect/models/decoder_model.hpp"
+#include "dissect/tensor/freezing.hpp"
+#include "dissect/training/loss.hpp"
 #include "dissect/training/optim.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"

@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/tensor/freezing.hpp"
 #include "dissect/io/lora_file.hpp"
 #include "dissect/io/model_file.hpp"
 #include "dissect/models/decoder_model.hpp"
+#include "dissect/tensor/freezing.hpp"
 #include "dissect/transforms/lora.hpp"
 #include "dissect/transforms/quantize.hpp"
 #include "support/io_testing.hpp"

@@ -1,5 +1,5 @@
-// Tests for dissect/training/loss.hpp: softmax cross-entropy against PyTorch fixtures (with tolerances
-// from a running error analysis of the log-sum-exp), hand-derived values, huge logits,
+// Tests for dissect/training/loss.hpp: softmax cross-entropy against PyTorch fixtures (with
+// tolerances from a running error analysis of the log-sum-exp), hand-derived values, huge logits,
 // finite-difference gradients, argmax/accuracy, and the bad-input rules (type, message, and
 // nothing written on a throw).
 #include "dissect/training/loss.hpp"

@@ -1,7 +1,7 @@
-// Tests for dissect/accounting/model_shape.hpp: the weight matrices of GPT-2 and LLaMA-style configs with
-// their shapes, biases and roles, checked against the published module shapes (HF GPT2 c_attn
-// [768, 2304] stored as Conv1D, i.e. [out 2304, in 768] here; LLaMA q/k/v/o_proj, gate/up/down);
-// the FLOPs of a forward pass against independent closed forms; and bad input.
+// Tests for dissect/accounting/model_shape.hpp: the weight matrices of GPT-2 and LLaMA-style
+// configs with their shapes, biases and roles, checked against the published module shapes (HF GPT2
+// c_attn [768, 2304] stored as Conv1D, i.e. [out 2304, in 768] here; LLaMA q/k/v/o_proj,
+// gate/up/down); the FLOPs of a forward pass against independent closed forms; and bad input.
 #include "dissect/accounting/model_shape.hpp"
 
 #include <gtest/gtest.h>

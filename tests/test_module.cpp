@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "dissect/tensor/activation.hpp"
 #include "dissect/blocks.hpp"
 #include "dissect/layers/linear.hpp"
+#include "dissect/tensor/activation.hpp"
 #include "dissect/training/loss.hpp"
 #include "dissect/training/optim.hpp"
 #include "support/small_models.hpp"

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "dissect/layers/linear.hpp"
-#include "dissect/training/optim.hpp"
 #include "dissect/tensor/sequential.hpp"
+#include "dissect/training/optim.hpp"
 #include "support/fixture.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/gradcheck.hpp"

@@ -1,5 +1,5 @@
-// Tests for dissect/training/optim.hpp: SGD (momentum, dampening, Nesterov, weight decay), Adam and AdamW
-// against PyTorch trajectories (tolerances from a running error bound of each update),
+// Tests for dissect/training/optim.hpp: SGD (momentum, dampening, Nesterov, weight decay), Adam and
+// AdamW against PyTorch trajectories (tolerances from a running error bound of each update),
 // hand-derived steps, parameter collection from Linear layers, no allocation in step(), and the
 // bad-input rules.
 #include "dissect/layers/linear.hpp"

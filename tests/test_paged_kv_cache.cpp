@@ -1,5 +1,5 @@
-// Tests of dissect/attention/paged_kv_cache.hpp: block-by-block attention equals a naive causal softmax
-// over each sequence's whole history, whatever the block size and however the blocks are
+// Tests of dissect/attention/paged_kv_cache.hpp: block-by-block attention equals a naive causal
+// softmax over each sequence's whole history, whatever the block size and however the blocks are
 // scattered in the pool; full blocks of a common prefix are shared (by reference count, only
 // along the same prefix chain) and return to the pool when the last holder is released; an
 // exhausted pool and bad ids are refused without changing anything; and the budget's "how many
@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "dissect/accounting/budget.hpp"
-#include "dissect/tensor/init.hpp"
 #include "dissect/attention/paged_kv_cache.hpp"
+#include "dissect/tensor/init.hpp"
 #include "support/tensor_testing.hpp"
 
 namespace dissect {

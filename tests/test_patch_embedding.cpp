@@ -1,7 +1,7 @@
-// Tests for dissect/layers/patch_embedding.hpp: the series' point, that ViT's patch embedding (a Conv2d
-// with stride = kernel) is exactly a Linear over flattened patches; patchify's layout; PyTorch
-// fixtures (timm's proj(x).flatten(2).transpose(1, 2), and F.linear on the unfolded patches);
-// finite differences in double; the module protocol and bad input.
+// Tests for dissect/layers/patch_embedding.hpp: the series' point, that ViT's patch embedding (a
+// Conv2d with stride = kernel) is exactly a Linear over flattened patches; patchify's layout;
+// PyTorch fixtures (timm's proj(x).flatten(2).transpose(1, 2), and F.linear on the unfolded
+// patches); finite differences in double; the module protocol and bad input.
 #include "dissect/layers/patch_embedding.hpp"
 
 #include <gtest/gtest.h>

@@ -12,10 +12,10 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/tensor/freezing.hpp"
 #include "dissect/lora.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/quant/kernel_path.hpp"
+#include "dissect/tensor/freezing.hpp"
 #include "dissect/transforms/quantize.hpp"
 #include "support/fixture_testing.hpp"
 #include "support/small_models.hpp"

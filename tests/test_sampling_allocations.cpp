@@ -1,8 +1,8 @@
-// The sampler's hot path allocates nothing once its scratch has grown (dissect/decoding/sampling.hpp):
-// sample_token with a history and every processor and warper on, sampling_distribution into the
-// caller's buffer, and the history-free overload with its vector of ids. A binary of the
-// `allocations` group, whose operator new counts calls (support/counting_new.cpp); the sampler's
-// values are tested in test_sampling.
+// The sampler's hot path allocates nothing once its scratch has grown
+// (dissect/decoding/sampling.hpp): sample_token with a history and every processor and warper on,
+// sampling_distribution into the caller's buffer, and the history-free overload with its vector of
+// ids. A binary of the `allocations` group, whose operator new counts calls
+// (support/counting_new.cpp); the sampler's values are tested in test_sampling.
 #include <gtest/gtest.h>
 
 #include <random>

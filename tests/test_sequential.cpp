@@ -1,6 +1,6 @@
-// Tests of dissect/tensor/sequential.hpp: Sequential equals the hand composition of its modules forward
-// and backward, reuses its cache, holds blocks with caches of their own; Stack's runtime depth
-// equals the same layers in a Sequential.
+// Tests of dissect/tensor/sequential.hpp: Sequential equals the hand composition of its modules
+// forward and backward, reuses its cache, holds blocks with caches of their own; Stack's runtime
+// depth equals the same layers in a Sequential.
 #include <gtest/gtest.h>
 
 #include <random>

@@ -14,10 +14,10 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/tensor/activation.hpp"
 #include "dissect/io/state_dict.hpp"
 #include "dissect/layers/linear.hpp"
 #include "dissect/models/decoder_model.hpp"
+#include "dissect/tensor/activation.hpp"
 #include "dissect/tensor/sequential.hpp"
 #include "support/io_testing.hpp"
 #include "support/small_models.hpp"

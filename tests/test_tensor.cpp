@@ -1,4 +1,5 @@
-// Tests for dissect/tensor/tensor.hpp: construction, access, reshape, permute, matrix views, printing.
+// Tests for dissect/tensor/tensor.hpp: construction, access, reshape, permute, matrix views,
+// printing.
 #include "dissect/tensor/tensor.hpp"
 
 #include <gtest/gtest.h>

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "dissect/tensor/init.hpp"
 #include "dissect/io/safetensors.hpp"
 #include "dissect/io/state_dict.hpp"
 #include "dissect/layers/linear.hpp"
 #include "dissect/models/decoder_model.hpp"
+#include "dissect/tensor/init.hpp"
 #include "dissect/training/optim.hpp"
 #include "support/io_testing.hpp"
 #include "support/small_models.hpp"

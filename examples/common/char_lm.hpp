@@ -23,11 +23,11 @@
 
 #include "dissect/accounting/config.hpp"
 #include "dissect/accounting/count.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/layers/embedding.hpp"
 #include "dissect/tensor/init.hpp"
-#include "dissect/training/loss.hpp"
-#include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
+#include "dissect/training/loss.hpp"
 
 namespace dissect::examples {
 

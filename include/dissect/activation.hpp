@@ -1,5 +1,6 @@
-// dissect/activation.hpp — moved to dissect/tensor/activation.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/activation.hpp — moved to dissect/tensor/activation.hpp (its layer's folder,
+// docs/architecture.md); this forwarding header is kept for one release so that code written before
+// the move compiles.
 #pragma once
 
 #include "dissect/tensor/activation.hpp"

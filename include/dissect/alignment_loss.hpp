@@ -1,5 +1,6 @@
-// dissect/alignment_loss.hpp — moved to dissect/training/alignment_loss.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/alignment_loss.hpp — moved to dissect/training/alignment_loss.hpp (its layer's folder,
+// docs/architecture.md); this forwarding header is kept for one release so that code written before
+// the move compiles.
 #pragma once
 
 #include "dissect/training/alignment_loss.hpp"

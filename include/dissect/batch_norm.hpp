@@ -1,5 +1,6 @@
-// dissect/batch_norm.hpp — moved to dissect/layers/batch_norm.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/batch_norm.hpp — moved to dissect/layers/batch_norm.hpp (its layer's folder,
+// docs/architecture.md); this forwarding header is kept for one release so that code written before
+// the move compiles.
 #pragma once
 
 #include "dissect/layers/batch_norm.hpp"

@@ -1,5 +1,6 @@
-// dissect/budget.hpp — moved to dissect/accounting/budget.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/budget.hpp — moved to dissect/accounting/budget.hpp (its layer's folder,
+// docs/architecture.md); this forwarding header is kept for one release so that code written before
+// the move compiles.
 #pragma once
 
 #include "dissect/accounting/budget.hpp"

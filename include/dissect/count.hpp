@@ -1,5 +1,6 @@
-// dissect/count.hpp — moved to dissect/accounting/count.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/count.hpp — moved to dissect/accounting/count.hpp (its layer's folder,
+// docs/architecture.md); this forwarding header is kept for one release so that code written before
+// the move compiles.
 #pragma once
 
 #include "dissect/accounting/count.hpp"

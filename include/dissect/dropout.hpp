@@ -1,5 +1,6 @@
-// dissect/dropout.hpp — moved to dissect/layers/dropout.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/dropout.hpp — moved to dissect/layers/dropout.hpp (its layer's folder,
+// docs/architecture.md); this forwarding header is kept for one release so that code written before
+// the move compiles.
 #pragma once
 
 #include "dissect/layers/dropout.hpp"

@@ -1,5 +1,5 @@
-// dissect/dtype.hpp — moved to dissect/core/dtype.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/dtype.hpp — moved to dissect/core/dtype.hpp (its layer's folder, docs/architecture.md);
+// this forwarding header is kept for one release so that code written before the move compiles.
 #pragma once
 
 #include "dissect/core/dtype.hpp"

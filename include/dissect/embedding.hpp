@@ -1,5 +1,6 @@
-// dissect/embedding.hpp — moved to dissect/layers/embedding.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/embedding.hpp — moved to dissect/layers/embedding.hpp (its layer's folder,
+// docs/architecture.md); this forwarding header is kept for one release so that code written before
+// the move compiles.
 #pragma once
 
 #include "dissect/layers/embedding.hpp"

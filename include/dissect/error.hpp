@@ -1,5 +1,5 @@
-// dissect/error.hpp — moved to dissect/core/error.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/error.hpp — moved to dissect/core/error.hpp (its layer's folder, docs/architecture.md);
+// this forwarding header is kept for one release so that code written before the move compiles.
 #pragma once
 
 #include "dissect/core/error.hpp"

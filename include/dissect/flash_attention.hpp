@@ -1,5 +1,6 @@
-// dissect/flash_attention.hpp — moved to dissect/attention/flash_attention.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/flash_attention.hpp — moved to dissect/attention/flash_attention.hpp (its layer's folder,
+// docs/architecture.md); this forwarding header is kept for one release so that code written before
+// the move compiles.
 #pragma once
 
 #include "dissect/attention/flash_attention.hpp"

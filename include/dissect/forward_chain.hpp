@@ -1,5 +1,6 @@
-// dissect/forward_chain.hpp — moved to dissect/accounting/forward_chain.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/forward_chain.hpp — moved to dissect/accounting/forward_chain.hpp (its layer's folder,
+// docs/architecture.md); this forwarding header is kept for one release so that code written before
+// the move compiles.
 #pragma once
 
 #include "dissect/accounting/forward_chain.hpp"

@@ -1,5 +1,6 @@
-// dissect/gradients.hpp — moved to dissect/training/gradients.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/gradients.hpp — moved to dissect/training/gradients.hpp (its layer's folder,
+// docs/architecture.md); this forwarding header is kept for one release so that code written before
+// the move compiles.
 #pragma once
 
 #include "dissect/training/gradients.hpp"

@@ -1,5 +1,5 @@
-// dissect/init.hpp — moved to dissect/tensor/init.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/init.hpp — moved to dissect/tensor/init.hpp (its layer's folder, docs/architecture.md);
+// this forwarding header is kept for one release so that code written before the move compiles.
 #pragma once
 
 #include "dissect/tensor/init.hpp"

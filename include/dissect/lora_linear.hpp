@@ -1,5 +1,6 @@
-// dissect/lora_linear.hpp — moved to dissect/layers/lora_linear.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/lora_linear.hpp — moved to dissect/layers/lora_linear.hpp (its layer's folder,
+// docs/architecture.md); this forwarding header is kept for one release so that code written before
+// the move compiles.
 #pragma once
 
 #include "dissect/layers/lora_linear.hpp"

@@ -1,5 +1,6 @@
-// dissect/optim.hpp — moved to dissect/training/optim.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/optim.hpp — moved to dissect/training/optim.hpp (its layer's folder,
+// docs/architecture.md); this forwarding header is kept for one release so that code written before
+// the move compiles.
 #pragma once
 
 #include "dissect/training/optim.hpp"

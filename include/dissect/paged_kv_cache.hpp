@@ -1,5 +1,6 @@
-// dissect/paged_kv_cache.hpp — moved to dissect/attention/paged_kv_cache.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/paged_kv_cache.hpp — moved to dissect/attention/paged_kv_cache.hpp (its layer's folder,
+// docs/architecture.md); this forwarding header is kept for one release so that code written before
+// the move compiles.
 #pragma once
 
 #include "dissect/attention/paged_kv_cache.hpp"

@@ -1,5 +1,5 @@
-// dissect/qkv.hpp — moved to dissect/attention/qkv.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/qkv.hpp — moved to dissect/attention/qkv.hpp (its layer's folder, docs/architecture.md);
+// this forwarding header is kept for one release so that code written before the move compiles.
 #pragma once
 
 #include "dissect/attention/qkv.hpp"

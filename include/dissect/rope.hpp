@@ -1,5 +1,5 @@
-// dissect/rope.hpp — moved to dissect/layers/rope.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/rope.hpp — moved to dissect/layers/rope.hpp (its layer's folder, docs/architecture.md);
+// this forwarding header is kept for one release so that code written before the move compiles.
 #pragma once
 
 #include "dissect/layers/rope.hpp"

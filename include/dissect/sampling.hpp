@@ -1,5 +1,6 @@
-// dissect/sampling.hpp — moved to dissect/decoding/sampling.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/sampling.hpp — moved to dissect/decoding/sampling.hpp (its layer's folder,
+// docs/architecture.md); this forwarding header is kept for one release so that code written before
+// the move compiles.
 #pragma once
 
 #include "dissect/decoding/sampling.hpp"

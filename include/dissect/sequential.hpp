@@ -1,5 +1,6 @@
-// dissect/sequential.hpp — moved to dissect/tensor/sequential.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/sequential.hpp — moved to dissect/tensor/sequential.hpp (its layer's folder,
+// docs/architecture.md); this forwarding header is kept for one release so that code written before
+// the move compiles.
 #pragma once
 
 #include "dissect/tensor/sequential.hpp"

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "dissect/training/gradients.hpp"
 #include "dissect/models/decoder_model.hpp"
-#include "dissect/training/optim.hpp"
 #include "dissect/parallel/data_parallel.hpp"
+#include "dissect/training/gradients.hpp"
+#include "dissect/training/optim.hpp"
 #include "parallel/parallel_testing.hpp"
 #include "support/small_models.hpp"
 

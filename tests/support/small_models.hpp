@@ -7,9 +7,9 @@
 #include <random>
 #include <vector>
 
-#include "dissect/tensor/activation.hpp"
 #include "dissect/accounting/config.hpp"
 #include "dissect/layers/linear.hpp"
+#include "dissect/tensor/activation.hpp"
 #include "dissect/tensor/sequential.hpp"
 
 namespace dissect::testing {

@@ -1,4 +1,5 @@
-// dissect/accounting/budget.hpp — what a model costs on a device: memory, KV cache, slots, decode/prefill.
+// dissect/accounting/budget.hpp — what a model costs on a device: memory, KV cache, slots,
+// decode/prefill.
 //
 // From a parameter count and the KV shape (L, H_kv, d_k) — or a whole TransformerConfig — plus
 // dtypes, a context length and a device (memory, reserve, bandwidth, peak FLOP/s), compute the
@@ -21,9 +22,9 @@
 
 #include "dissect/accounting/config.hpp"
 #include "dissect/accounting/count.hpp"
+#include "dissect/accounting/model_shape.hpp"
 #include "dissect/core/dtype.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/accounting/model_shape.hpp"
 #include "dissect/core/shape.hpp"
 
 namespace dissect {

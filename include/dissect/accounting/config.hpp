@@ -1,4 +1,5 @@
-// dissect/accounting/config.hpp — a decoder-only transformer described by its shapes, and public presets.
+// dissect/accounting/config.hpp — a decoder-only transformer described by its shapes, and public
+// presets.
 //
 // TransformerConfig holds exactly what the accounting needs: the sizes (D, L, H, H_kv, d_k, F,
 // V, context) and the style choices that change the parameter count (tied head, learned or

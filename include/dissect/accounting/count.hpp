@@ -12,8 +12,9 @@
 #include <vector>
 
 #include "dissect/accounting/config.hpp"
-#include "dissect/core/error.hpp"
 #include "dissect/accounting/model_shape.hpp"
+#include "dissect/accounting/tensor_names.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/core/shape.hpp"
 
 namespace dissect {
@@ -103,12 +104,13 @@ inline ParameterCount count_parameters(const TransformerConfig& config) {
   const TransformerConfig& c = config;
   ParameterCount count;
   index_t expert_layer = 0, inactive_layer = 0;  // one layer's experts, and those a token skips
+  constexpr std::string_view positions = matrix_name(ModelTensor::position_embedding);
   for (const WeightMatrix& matrix : matrices) {
     // Per-layer matrices are attention's and the FFN's; the rest exist once.
     index_t& slot = matrix.role == MatrixRole::attention     ? count.per_layer.attention
                     : matrix.role == MatrixRole::ffn         ? count.per_layer.ffn
                     : matrix.role == MatrixRole::output_head ? count.output_head
-                    : matrix.name == "embed.positions"       ? count.position_embedding
+                    : matrix.name == positions               ? count.position_embedding
                                                              : count.token_embedding;
     slot = checked_add(slot, matrix.all_parameters(), what);
     if (matrix.expert) {

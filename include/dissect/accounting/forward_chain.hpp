@@ -12,11 +12,12 @@
 #include <vector>
 
 #include "dissect/accounting/config.hpp"
+#include "dissect/accounting/model_shape.hpp"
+#include "dissect/accounting/shape_chain.hpp"
+#include "dissect/accounting/tensor_names.hpp"
 #include "dissect/core/error.hpp"
 #include "dissect/core/forward_stages.hpp"
-#include "dissect/accounting/model_shape.hpp"
 #include "dissect/core/shape.hpp"
-#include "dissect/accounting/shape_chain.hpp"
 
 namespace dissect {
 
@@ -63,10 +64,10 @@ inline ShapeChain forward_shape_chain(const TransformerConfig& config, index_t b
   forward_flops(shape, batch, tokens);
   const index_t rows = checked_mul(batch, tokens, op);
   const std::vector<WeightMatrix> matrices = weight_matrices(c);
-  const auto linear = [&](std::initializer_list<std::string_view> names) {
+  const auto linear = [&](std::initializer_list<ModelTensor> tensors) {
     StepCost cost{0, false, StepKind::linear};
-    for (std::string_view name : names) {
-      const WeightMatrix& matrix = find_matrix(matrices, name);
+    for (ModelTensor tensor : tensors) {
+      const WeightMatrix& matrix = find_matrix(matrices, matrix_name(tensor));
       // An expert's matrix multiplies each token k times (its k experts), not E times.
       cost.flops =
           checked_add(cost.flops, checked_mul(product_flops(matrix, rows), matrix.active, op), op);
@@ -87,17 +88,19 @@ inline ShapeChain forward_shape_chain(const TransformerConfig& config, index_t b
   const bool q_is_d = checked_mul(c.n_heads, d_k, op) == c.d_model;
   chain.record(stage::qkv_projection, q_is_d ? "B T D" : "B T H*d_k",
                grouped_query ? "X·W_Q, X·W_K, X·W_V (K, V: H_kv*d_k wide)" : "X·W_Q, X·W_K, X·W_V",
-               linear({"attn.qkv"}));
+               linear({ModelTensor::qkv}));
   chain.record(stage::head_split, "B H T d_k", "reshape + transpose", in_layer);
   chain.record(stage::scores, "B H T T", "Q·Kᵀ / √d_k", attention);
   chain.record(stage::softmax, "B H T T", "over the last axis", in_layer);
   chain.record(stage::weighted_sum, "B H T d_k", "P·V", attention);
-  chain.record(stage::head_merge, "B T D", "transpose + reshape, ·W_O", linear({"attn.out"}));
+  chain.record(stage::head_merge, "B T D", "transpose + reshape, ·W_O",
+               linear({ModelTensor::attention_output}));
   const StepCost ffn =
-      gated ? linear({"mlp.gate", "mlp.up", "mlp.down"}) : linear({"mlp.up", "mlp.down"});
+      gated ? linear({ModelTensor::ffn_gate, ModelTensor::ffn_up, ModelTensor::ffn_down})
+            : linear({ModelTensor::ffn_up, ModelTensor::ffn_down});
   if (c.is_moe()) {
     chain.record(stage::routing, "B T E", "X·W_routerᵀ, each token's top-k of E experts",
-                 linear({"moe.router"}));
+                 linear({ModelTensor::router}));
     chain.record(stage::ffn, "B T D",
                  gated ? "k SwiGLU experts D → F → D, gate-weighted sum"
                        : "k experts D → F → D, gate-weighted sum",
@@ -106,7 +109,7 @@ inline ShapeChain forward_shape_chain(const TransformerConfig& config, index_t b
     chain.record(stage::ffn, "B T D", gated ? "SwiGLU D → F → D" : "D → F → D", ffn);
   }
   chain.record(stage::logits, "B T V", c.tied_embeddings ? "X·Eᵀ (tied head)" : "X·W_vocab",
-               linear({"lm_head"}));
+               linear({ModelTensor::head}));
   chain.record(stage::sampling, "B T", "softmax + sample");
 
   chain.add_note(detail::concat("linear steps = 2 · ", format_count(shape.linear_weights),

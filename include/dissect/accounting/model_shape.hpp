@@ -1,5 +1,5 @@
-// dissect/accounting/model_shape.hpp — the one place that lists a transformer's weight matrices and counts
-// the FLOPs of its forward pass.
+// dissect/accounting/model_shape.hpp — the one place that lists a transformer's weight matrices and
+// counts the FLOPs of its forward pass.
 //
 // weight_matrices(config) enumerates every matrix a TransformerConfig implies (embedding tables,
 // the attention and FFN projections, the output head) with its [out, in] shape, whether it repeats
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dissect/accounting/config.hpp"
+#include "dissect/accounting/tensor_names.hpp"
 #include "dissect/core/error.hpp"
 #include "dissect/core/shape.hpp"
 
@@ -27,7 +28,8 @@ enum class MatrixRole { embedding, attention, ffn, output_head };
 /// (y = x·Wᵀ), [entries, D] for an embedding table.
 struct WeightMatrix {
   std::string_view name;  ///< "embed.tokens", "embed.positions", "attn.qkv", "attn.out",
-                          ///< "mlp.gate", "mlp.up", "mlp.down", "lm_head"
+                          ///< "mlp.gate", "mlp.up", "mlp.down", "lm_head": matrix_name's
+                          ///< (accounting/tensor_names.hpp)
   Shape<2> shape{};       ///< [out, in]
   MatrixRole role = MatrixRole::attention;
   bool per_layer = false;   ///< one copy in each of the L layers, or one for the whole model
@@ -140,31 +142,35 @@ inline std::vector<WeightMatrix> weight_matrices(const TransformerConfig& config
   const index_t kv_width = checked_mul(c.kv_heads(), c.head_size(), what);
   const index_t qkv_width = checked_sum({q_width, kv_width, kv_width}, what);
   using R = MatrixRole;
+  using T = ModelTensor;
   // One row per matrix, in forward order. A bias follows config.bias on every linear layer but
   // the head; the tables are lookups, not products.
   std::vector<WeightMatrix> matrices;
-  matrices.push_back({.name = "embed.tokens", .shape = {V, D}, .role = R::embedding});
+  matrices.push_back(
+      {.name = matrix_name(T::token_embedding), .shape = {V, D}, .role = R::embedding});
   if (c.positions == Positions::learned) {
-    matrices.push_back({.name = "embed.positions", .shape = {c.context, D}, .role = R::embedding});
+    matrices.push_back({.name = matrix_name(T::position_embedding),
+                        .shape = {c.context, D},
+                        .role = R::embedding});
   }
-  const auto layer = [&](std::string_view name, index_t out, index_t in, MatrixRole role) {
-    matrices.push_back({.name = name,
+  const auto layer = [&](ModelTensor tensor, index_t out, index_t in, MatrixRole role) {
+    matrices.push_back({.name = matrix_name(tensor),
                         .shape = {out, in},
                         .role = role,
                         .per_layer = true,
                         .bias = c.bias,
                         .multiplied = true});
   };
-  layer("attn.qkv", qkv_width, D, R::attention);
-  layer("attn.out", D, q_width, R::attention);
+  layer(T::qkv, qkv_width, D, R::attention);
+  layer(T::attention_output, D, q_width, R::attention);
   if (c.is_moe()) {
-    layer("moe.router", c.n_experts, D, R::ffn);
+    layer(T::router, c.n_experts, D, R::ffn);
     matrices.back().bias = false;  // Mixtral's gate is nn.Linear(D, E, bias=False)
   }
   const std::size_t first_expert = matrices.size();
-  if (c.ffn == Ffn::gated) layer("mlp.gate", F, D, R::ffn);  // SwiGLU's gate: the up's shape
-  layer("mlp.up", F, D, R::ffn);
-  layer("mlp.down", D, F, R::ffn);
+  if (c.ffn == Ffn::gated) layer(T::ffn_gate, F, D, R::ffn);  // SwiGLU's gate: the up's shape
+  layer(T::ffn_up, F, D, R::ffn);
+  layer(T::ffn_down, D, F, R::ffn);
   if (c.is_moe()) {
     for (std::size_t i = first_expert; i < matrices.size(); ++i) {
       matrices[i].expert = true;
@@ -172,7 +178,7 @@ inline std::vector<WeightMatrix> weight_matrices(const TransformerConfig& config
       matrices[i].active = c.experts_per_token;
     }
   }
-  matrices.push_back({.name = "lm_head",
+  matrices.push_back({.name = matrix_name(T::head),
                       .shape = {V, D},
                       .role = R::output_head,
                       .multiplied = true,

@@ -1,4 +1,5 @@
-// dissect/accounting/shape_chain.hpp — named dimensions, and a chain that checks and records every shape.
+// dissect/accounting/shape_chain.hpp — named dimensions, and a chain that checks and records every
+// shape.
 //
 // DimensionTable gives the dimension letters (B, T, D, H, d_k, F, L, V) their sizes. ShapeChain
 // checks real shapes against symbolic ones ("B H T d_k") stage by stage, explains a mismatch in

@@ -1,5 +1,5 @@
-// dissect/attention/attention.hpp — causal self-attention, o = softmax(s·q·kᵀ + causal mask)·v, with
-// grouped-query attention: query head h reads key/value head h / (H / H_kv), as Hugging Face's
+// dissect/attention/attention.hpp — causal self-attention, o = softmax(s·q·kᵀ + causal mask)·v,
+// with grouped-query attention: query head h reads key/value head h / (H / H_kv), as Hugging Face's
 // repeat_kv does, but without materialising the repeated k and v.
 //
 // The score scale s is 1/√d_k unless the caller gives another (`scale`, finite and > 0): GPT-2
@@ -37,11 +37,11 @@
 #include <string_view>
 
 #include "dissect/accounting/config.hpp"
+#include "dissect/attention/qkv.hpp"
 #include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/kernels/linear_products.hpp"
 #include "dissect/tensor/module.hpp"
-#include "dissect/attention/qkv.hpp"
-#include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 #ifdef _OPENMP

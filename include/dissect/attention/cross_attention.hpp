@@ -1,7 +1,7 @@
-// dissect/attention/cross_attention.hpp — cross-attention, o = softmax(s·q·kᵀ + padding mask)·v, with the
-// queries from one sequence (a decoder's, T positions) and the keys and values from another (an
-// encoder's output, S positions): no causal mask, S and T unrelated, grouped-query heads as in
-// causal_attention (query head h reads key/value head h / (H / H_kv)).
+// dissect/attention/cross_attention.hpp — cross-attention, o = softmax(s·q·kᵀ + padding mask)·v,
+// with the queries from one sequence (a decoder's, T positions) and the keys and values from
+// another (an encoder's output, S positions): no causal mask, S and T unrelated, grouped-query
+// heads as in causal_attention (query head h reads key/value head h / (H / H_kv)).
 //
 // Padding: a batch of memories of different lengths is padded to one S; KeyPaddingMask says, per
 // batch element, which memory positions are padding (PyTorch's key_padding_mask, true = ignore).
@@ -27,10 +27,10 @@
 #include <vector>
 
 #include "dissect/attention/attention.hpp"
-#include "dissect/core/error.hpp"
-#include "dissect/tensor/module.hpp"
 #include "dissect/attention/qkv.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 #ifdef _OPENMP

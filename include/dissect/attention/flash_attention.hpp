@@ -1,5 +1,5 @@
-// dissect/attention/flash_attention.hpp — attention o = softmax(s·q·kᵀ + mask)·v for training without the
-// [T, S] probabilities: FlashAttention-2's algorithm (Dao, 2023) on dissect's GEMM.
+// dissect/attention/flash_attention.hpp — attention o = softmax(s·q·kᵀ + mask)·v for training
+// without the [T, S] probabilities: FlashAttention-2's algorithm (Dao, 2023) on dissect's GEMM.
 //
 // Forward walks each head's queries in blocks of flash_query_block rows and, inside, the keys in
 // blocks of flash_key_block, keeping a running row maximum m and sum l (online softmax). It
@@ -28,11 +28,11 @@
 #include <string_view>
 
 #include "dissect/attention/attention.hpp"
+#include "dissect/attention/qkv.hpp"
 #include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/kernels/linear_products.hpp"
 #include "dissect/tensor/module.hpp"
-#include "dissect/attention/qkv.hpp"
-#include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 #ifdef _OPENMP

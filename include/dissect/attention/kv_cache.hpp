@@ -4,7 +4,9 @@
 // [B, H_kv, capacity, d_k], allocated once when it is built, so its bytes are exactly the
 // budget's kv_cache_bytes(L, capacity, H_kv, d_k, dtype) · B, and decoding never allocates for
 // it. A decoding step writes each layer's new positions after the `length()` already held and
-// then advances the length once, for all layers; a step that is refused changes nothing.
+// then advances the length once, for all layers; a step that is refused changes nothing. It is an
+// InferenceCache (kv_cache_concept.hpp): a decoder's one cached forward runs over it, every row
+// at position length().
 #pragma once
 
 #include <algorithm>
@@ -14,10 +16,12 @@
 #include <string_view>
 #include <vector>
 
-#include "dissect/attention/attention.hpp"
 #include "dissect/accounting/config.hpp"
+#include "dissect/attention/attention.hpp"
+#include "dissect/attention/kv_cache_concept.hpp"
 #include "dissect/core/error.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/core/token_batch.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
@@ -43,6 +47,9 @@ class KVCache {
   index_t length() const { return length_; }
   /// Positions still free.
   index_t remaining() const { return capacity() - length_; }
+  /// Where row `row`'s next position goes: length(), the same for every row (InferenceCache).
+  /// @throws Error if row is outside [0, batch()).
+  index_t position(index_t row) const;
 
   /// Bytes of K and V storage: 2 · L · B · capacity · H_kv · d_k · sizeof(Scalar).
   index_t bytes() const { return 2 * keys_.size() * static_cast<index_t>(sizeof(Scalar)); }
@@ -75,9 +82,27 @@ class KVCache {
   template <TensorLike K, TensorLike V>
   void write(index_t layer, const K& k, const V& v);
 
+  /// Checks that `tokens` more positions fit: the room was allocated when the cache was built,
+  /// so there is nothing to take (InferenceCache's reserve). @throws ShapeError if they do not.
+  void reserve(index_t tokens) const { check_room("KVCache::reserve", tokens); }
+
+  /// Layer `layer`'s attention for T new positions length() … length() + T − 1: writes their k
+  /// and v [B, H_kv, T, d_k] (as write), then o [B, H, T, d_k] = causal softmax(scale·q·kᵀ)·v
+  /// over positions [0, length() + T), each query reading only its last W with a window W (the
+  /// band mask). length() does not move until advance(). @throws ShapeError if q, k, v or o do
+  /// not fit or there is no room; Error if layer is out of range; ConfigError for a scale not
+  /// finite and > 0 or a window ≤ 0 (nothing written on any of these).
+  template <TensorLike Q, TensorLike K, TensorLike V, WritableTensor O>
+  void attend(index_t layer, const Q& q, const K& k, const V& v, O&& o,
+              std::optional<double> scale = std::nullopt,
+              std::optional<index_t> window = std::nullopt);
+
   /// Moves length() on by `tokens` once every layer has been written.
   /// @throws ShapeError if that would pass the capacity (length unchanged).
   void advance(index_t tokens);
+  /// advance(tokens.seq) for a step of B = batch() rows (InferenceCache; the ids are not kept).
+  /// @throws ShapeError if tokens.batch is not batch(), or as advance(tokens.seq).
+  void advance(TokenBatch tokens);
 
   /// Layer `layer`'s keys and values at positions [0, positions), as attention reads them.
   HeadMatrices<const Scalar> keys(index_t layer, index_t positions) const {
@@ -90,6 +115,12 @@ class KVCache {
  private:
   void check_layer(std::string_view op, index_t layer) const;
   void check_room(std::string_view op, index_t tokens) const;
+  /// write's checks of layer, k and v [B, H_kv, T, d_k] and room, naming `op`.
+  void check_write(std::string_view op, index_t layer, const ConstTensorView<Scalar, 4>& k,
+                   const ConstTensorView<Scalar, 4>& v) const;
+  /// Copies k and v (checked) after length() in layer `layer`.
+  void store(index_t layer, const ConstTensorView<Scalar, 4>& k,
+             const ConstTensorView<Scalar, 4>& v);
   HeadMatrices<const Scalar> heads(const Tensor<Scalar, 5>& store, index_t layer,
                                    index_t positions) const;
 
@@ -144,30 +175,82 @@ void KVCache<Scalar>::check_step(std::string_view op, const TransformerConfig& c
 }
 
 template <class Scalar>
-template <TensorLike K, TensorLike V>
-void KVCache<Scalar>::write(index_t layer, const K& k, const V& v) {
-  require_layer_scalar<Scalar, K>();
-  require_layer_scalar<Scalar, V>();
-  constexpr std::string_view op = "KVCache::write";
-  const auto kv = const_view(k), vv = const_view(v);
-  static_assert(rank_of<K> == 4 && rank_of<V> == 4,
-                "KVCache::write: k and v are [B, H_kv, T, d_k]");
+index_t KVCache<Scalar>::position(index_t row) const {
+  if (row < 0 || row >= batch()) {
+    throw Error(detail::concat("KVCache::position: row ", row, " is outside [0, ", batch(), ")"));
+  }
+  return length_;
+}
+
+template <class Scalar>
+void KVCache<Scalar>::check_write(std::string_view op, index_t layer,
+                                  const ConstTensorView<Scalar, 4>& k,
+                                  const ConstTensorView<Scalar, 4>& v) const {
   check_layer(op, layer);
-  const Shape<4> expected{batch(), n_kv_heads(), kv.dim(2), head_dim()};
-  for (const auto* tensor : {&kv, &vv}) {
+  const Shape<4> expected{batch(), n_kv_heads(), k.dim(2), head_dim()};
+  for (const auto* tensor : {&k, &v}) {
     if (tensor->shape() != expected) {
-      throw ShapeError(detail::concat(op, ": ", tensor == &kv ? "k" : "v",
+      throw ShapeError(detail::concat(op, ": ", tensor == &k ? "k" : "v",
                                       " must be [B, H_kv, T, d_k] = ", format_shape(expected),
                                       ", got ", format_shape(tensor->shape())));
     }
   }
-  check_room(op, kv.dim(2));
+  check_room(op, k.dim(2));
+}
+
+template <class Scalar>
+template <TensorLike K, TensorLike V>
+void KVCache<Scalar>::write(index_t layer, const K& k, const V& v) {
+  require_layer_scalar<Scalar, K>();
+  require_layer_scalar<Scalar, V>();
+  static_assert(rank_of<K> == 4 && rank_of<V> == 4,
+                "KVCache::write: k and v are [B, H_kv, T, d_k]");
+  const auto kv = const_view(k), vv = const_view(v);
+  check_write("KVCache::write", layer, kv, vv);
+  store(layer, kv, vv);
+}
+
+template <class Scalar>
+template <TensorLike Q, TensorLike K, TensorLike V, WritableTensor O>
+void KVCache<Scalar>::attend(index_t layer, const Q& q, const K& k, const V& v, O&& o,
+                             std::optional<double> scale, std::optional<index_t> window) {
+  require_layer_scalar<Scalar, Q>();
+  require_layer_scalar<Scalar, K>();
+  require_layer_scalar<Scalar, V>();
+  require_layer_scalar<Scalar, O>();
+  static_assert(rank_of<Q> == 4 && rank_of<K> == 4 && rank_of<V> == 4 && rank_of<O> == 4,
+                "KVCache::attend: q, k, v and o are [B, heads, T, d_k]");
+  constexpr std::string_view op = "KVCache::attend";
+  const auto qv = const_view(q), kv = const_view(k), vv = const_view(v);
+  const auto out = writable_view(o);
+  check_write(op, layer, kv, vv);
+  detail::check_attention_inputs(op, qv, kv, vv);  // q's B, H (a multiple of H_kv), d_k
+  if (qv.dim(2) != kv.dim(2)) {
+    throw ShapeError(detail::concat(op, ": q must hold k's T = ", kv.dim(2), " positions, got ",
+                                    format_shape(qv.shape())));
+  }
+  detail::check_attention_output(op, "o", out.shape(), qv);
+  if (out.overlaps(qv) || out.overlaps(kv) || out.overlaps(vv)) {
+    throw ShapeError(detail::concat(op, ": o must not share memory with q, k or v"));
+  }
+  const index_t held = length_ + kv.dim(2);
+  // The kernel checks both again, after the write: a refused step must change nothing.
+  (void)detail::score_scale<Scalar>(op, scale, head_dim());
+  (void)detail::effective_window(op, window, held);
+  store(layer, kv, vv);
+  causal_attention_heads_into<Scalar>(heads_of(qv), keys(layer, held), values(layer, held),
+                                      heads_of(out), batch(), scale, window);
+}
+
+template <class Scalar>
+void KVCache<Scalar>::store(index_t layer, const ConstTensorView<Scalar, 4>& kv,
+                            const ConstTensorView<Scalar, 4>& vv) {
   const index_t tokens = kv.dim(2), row = head_dim();
-  for (Tensor<Scalar, 5>* store : {&keys_, &values_}) {
-    const Scalar* source = store == &keys_ ? kv.data() : vv.data();
+  for (Tensor<Scalar, 5>* buffer : {&keys_, &values_}) {
+    const Scalar* source = buffer == &keys_ ? kv.data() : vv.data();
     for (index_t b = 0; b < batch(); ++b) {
       for (index_t h = 0; h < n_kv_heads(); ++h, source += tokens * row) {
-        std::copy_n(source, tokens * row, &(*store)(layer, b, h, length_, index_t{0}));
+        std::copy_n(source, tokens * row, &(*buffer)(layer, b, h, length_, index_t{0}));
       }
     }
   }
@@ -177,6 +260,15 @@ template <class Scalar>
 void KVCache<Scalar>::advance(index_t tokens) {
   check_room("KVCache::advance", tokens);
   length_ += tokens;
+}
+
+template <class Scalar>
+void KVCache<Scalar>::advance(TokenBatch tokens) {
+  if (tokens.batch != batch()) {
+    throw ShapeError(detail::concat("KVCache::advance: a step of B = ", tokens.batch,
+                                    " rows for a cache of batch ", batch()));
+  }
+  advance(tokens.seq);
 }
 
 template <class Scalar>
@@ -239,5 +331,8 @@ HeadMatrices<const Scalar> KVCache<Scalar>::heads(const Tensor<Scalar, 5>& store
   return {store.data() + layer * batch() * n_kv_heads() * capacity() * head_dim(), n_kv_heads(),
           positions, head_dim(), capacity() * head_dim()};
 }
+
+static_assert(TruncatableCache<KVCache<float>> && ReorderableCache<KVCache<float>>);
+static_assert(TruncatableCache<KVCache<double>> && ReorderableCache<KVCache<double>>);
 
 }  // namespace dissect

@@ -1,5 +1,6 @@
-// dissect/attention/linear_attention.hpp — linear attention (Katharopoulos et al. 2020, "Transformers are
-// RNNs"): the softmax kernel exp(q·k) replaced by φ(q)·φ(k) with φ(x) = elu(x) + 1 > 0, so
+// dissect/attention/linear_attention.hpp — linear attention (Katharopoulos et al. 2020,
+// "Transformers are RNNs"): the softmax kernel exp(q·k) replaced by φ(q)·φ(k) with φ(x) = elu(x) +
+// 1 > 0, so
 //   o_t = φ(q_t)ᵀ S / (φ(q_t)ᵀ z + eps),  S = Σ_j φ(k_j) v_jᵀ [d_k, d_v],  z = Σ_j φ(k_j) [d_k],
 // the sums over every key (non-causal) or over j ≤ t (causal: S_t and z_t are prefix sums, the
 // state of an RNN). Time O(T·d_k·d_v) per head and O(d_k·d_v) state; no [T, S] matrix is ever
@@ -20,10 +21,10 @@
 #include <string_view>
 
 #include "dissect/attention/attention.hpp"
-#include "dissect/core/error.hpp"
-#include "dissect/tensor/module.hpp"
 #include "dissect/attention/qkv.hpp"
+#include "dissect/core/error.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 #ifdef _OPENMP

@@ -1,5 +1,5 @@
-// dissect/attention/paged_kv_cache.hpp — a KV cache of fixed-size blocks shared by sequences of different
-// lengths (vLLM's PagedAttention), the memory that continuous batching decodes over.
+// dissect/attention/paged_kv_cache.hpp — a KV cache of fixed-size blocks shared by sequences of
+// different lengths (vLLM's PagedAttention), the memory that continuous batching decodes over.
 //
 // The pool holds N blocks of P positions (16 by default) in every layer, allocated once. A
 // sequence owns a block table, the ids of its blocks in position order, and takes a block from
@@ -10,7 +10,9 @@
 // prompt cache). Only full blocks are shared and a sequence writes only after its length, so a
 // shared block is never written. A block returns to the pool when the last sequence holding it
 // is released. Attention walks a sequence's blocks one by one with the online softmax: nothing
-// is gathered into a contiguous copy.
+// is gathered into a contiguous copy. A forward extends the sequences it names: the cache bound
+// to them, select(sequences), is an InferenceCache (kv_cache_concept.hpp), row b being
+// sequences[b] at its own length.
 #pragma once
 
 #include <algorithm>
@@ -23,13 +25,14 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/attention/attention.hpp"
 #include "dissect/accounting/config.hpp"
-#include "dissect/layers/embedding.hpp"
+#include "dissect/attention/attention.hpp"
+#include "dissect/attention/kv_cache_concept.hpp"
 #include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
+#include "dissect/core/token_batch.hpp"
 #include "dissect/kernels/linear_products.hpp"
 #include "dissect/tensor/module.hpp"
-#include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
@@ -119,6 +122,12 @@ class PagedKVCache {
   /// full is registered for share_prefix. @throws as check_step (nothing changes).
   void advance(std::span<const index_t> sequences, TokenBatch tokens);
 
+  class Batch;
+  /// The cache bound to the sequences one step extends, row b being sequences[b]: what a
+  /// decoder's forward runs over (an InferenceCache). It refers to this cache and to the ids,
+  /// which must outlive it.
+  Batch select(std::span<const index_t> sequences);
+
  private:
   struct Sequence {
     bool active = false;
@@ -163,6 +172,43 @@ class PagedKVCache {
   std::vector<index_t> block_tokens_;   // per block: the P tokens it was registered under
   std::unordered_multimap<std::uint64_t, index_t> prefixes_;  // hash → registered block
   std::vector<Sequence> sequences_;
+};
+
+/// A PagedKVCache bound to the sequences of one step (PagedKVCache::select): InferenceCache's
+/// members, each the cache's own for those sequences.
+template <class Scalar>
+class PagedKVCache<Scalar>::Batch {
+ public:
+  using scalar_type = Scalar;
+
+  Batch(PagedKVCache& cache, std::span<const index_t> sequences)
+      : cache_(&cache), sequences_(sequences) {}
+
+  PagedKVCache& cache() const { return *cache_; }
+  std::span<const index_t> sequences() const { return sequences_; }
+  /// B: the sequences bound.
+  index_t batch() const { return static_cast<index_t>(sequences_.size()); }
+  /// Positions sequences[row] holds: where its next token goes.
+  /// @throws Error if row is outside [0, B) or its sequence is not active.
+  index_t position(index_t row) const;
+  /// Checks one id per row of a step of `batch` rows, then the cache's check_step for the
+  /// sequences. @throws ShapeError naming `op` if the counts differ; as PagedKVCache::check_step.
+  void check_step(std::string_view op, const TransformerConfig& config, index_t batch,
+                  index_t tokens) const;
+  /// Takes the blocks `tokens` more positions of each sequence need (PagedKVCache::reserve).
+  void reserve(index_t tokens) { cache_->reserve(sequences_, tokens); }
+  /// PagedKVCache::attend for the sequences. A paged cache keeps every position, so `window`
+  /// must be unset. @throws ShapeError for a window (nothing written); as PagedKVCache::attend.
+  template <TensorLike Q, TensorLike K, TensorLike V, WritableTensor O>
+  void attend(index_t layer, const Q& q, const K& k, const V& v, O&& o,
+              std::optional<double> scale = std::nullopt,
+              std::optional<index_t> window = std::nullopt);
+  /// PagedKVCache::advance for the sequences.
+  void advance(TokenBatch tokens) { cache_->advance(sequences_, tokens); }
+
+ private:
+  PagedKVCache* cache_;
+  std::span<const index_t> sequences_;
 };
 
 // ---- implementation -----------------------------------------------------------------------------
@@ -556,6 +602,43 @@ void PagedKVCache<Scalar>::attend_sequence(index_t layer, const Sequence& sequen
 }
 
 template <class Scalar>
+auto PagedKVCache<Scalar>::select(std::span<const index_t> sequences) -> Batch {
+  return Batch(*this, sequences);
+}
+
+template <class Scalar>
+index_t PagedKVCache<Scalar>::Batch::position(index_t row) const {
+  if (row < 0 || row >= batch()) {
+    throw Error(detail::concat("PagedKVCache::Batch::position: row ", row, " is outside [0, ",
+                               batch(), ")"));
+  }
+  return cache_->length(sequences_[static_cast<std::size_t>(row)]);
+}
+
+template <class Scalar>
+void PagedKVCache<Scalar>::Batch::check_step(std::string_view op, const TransformerConfig& config,
+                                             index_t batch, index_t tokens) const {
+  if (this->batch() != batch) {
+    throw ShapeError(detail::concat(op, ": ", sequences_.size(), " sequence ids for B = ", batch,
+                                    " rows of tokens (one id per row)"));
+  }
+  cache_->check_step(op, config, sequences_, tokens);
+}
+
+template <class Scalar>
+template <TensorLike Q, TensorLike K, TensorLike V, WritableTensor O>
+void PagedKVCache<Scalar>::Batch::attend(index_t layer, const Q& q, const K& k, const V& v, O&& o,
+                                         std::optional<double> scale,
+                                         std::optional<index_t> window) {
+  if (window) {
+    throw ShapeError(detail::concat(
+        "PagedKVCache::attend: a sliding window (W = ", *window,
+        ") reads only the last W positions; a paged cache keeps every one (use RollingKVCache)"));
+  }
+  cache_->attend(layer, sequences_, q, k, v, std::forward<O>(o), scale);
+}
+
+template <class Scalar>
 void PagedKVCache<Scalar>::advance(std::span<const index_t> sequences, TokenBatch tokens) {
   constexpr std::string_view op = "PagedKVCache::advance";
   if (tokens.batch != static_cast<index_t>(sequences.size()) || tokens.seq < 0 ||
@@ -588,5 +671,8 @@ void PagedKVCache<Scalar>::advance(std::span<const index_t> sequences, TokenBatc
     }
   }
 }
+
+static_assert(InferenceCache<PagedKVCache<float>::Batch> &&
+              InferenceCache<PagedKVCache<double>::Batch>);
 
 }  // namespace dissect

@@ -1,4 +1,5 @@
-// dissect/attention/qkv.hpp — QKV<Scalar>: the per-head queries, keys and values of one attention layer.
+// dissect/attention/qkv.hpp — QKV<Scalar>: the per-head queries, keys and values of one attention
+// layer.
 //
 // QKVProjection makes them from x, causal_attention reads them, and both backwards hand their
 // gradients back in the same struct. It needs only tensors, so attention.hpp can name it without

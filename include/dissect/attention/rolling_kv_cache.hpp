@@ -1,5 +1,5 @@
-// dissect/attention/rolling_kv_cache.hpp — a KV cache for sliding-window attention that keeps only the last
-// W positions of every layer, so decoding past the window needs no more memory.
+// dissect/attention/rolling_kv_cache.hpp — a KV cache for sliding-window attention that keeps only
+// the last W positions of every layer, so decoding past the window needs no more memory.
 //
 // With a window W (TransformerConfig::sliding_window, Mistral's) the query at position p reads
 // keys p − W < j ≤ p only, so a key older than the last W positions is never read again. Each
@@ -11,7 +11,8 @@
 // is: every held key is inside the new query's window and softmax·v does not depend on the keys'
 // order, so no mask and no copy is needed (only the summation order differs from the full path).
 // A step of T > 1 positions (a prompt) gathers the W − 1 held positions before it and its own into
-// one scratch in position order, attends with the band mask there, then keeps its last W.
+// one scratch in position order, attends with the band mask there, then keeps its last W. It is
+// an InferenceCache (kv_cache_concept.hpp): a decoder's one cached forward runs over it.
 #pragma once
 
 #include <algorithm>
@@ -20,11 +21,13 @@
 #include <tuple>
 #include <utility>
 
-#include "dissect/attention/attention.hpp"
 #include "dissect/accounting/config.hpp"
+#include "dissect/attention/attention.hpp"
+#include "dissect/attention/kv_cache_concept.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/module.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/core/token_batch.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
@@ -50,6 +53,9 @@ class RollingKVCache {
   index_t length() const { return length_; }
   /// Positions held: min(length(), W).
   index_t held() const { return std::min(length_, window()); }
+  /// Where row `row`'s next position goes: length(), the same for every row (InferenceCache).
+  /// @throws Error if row is outside [0, batch()).
+  index_t position(index_t row) const;
 
   /// Bytes of the rings: 2 · L · B · W · H_kv · d_k · sizeof(Scalar), constant while decoding. (A
   /// step of T > 1 positions also uses a scratch of W − 1 + T positions per K and V.)
@@ -63,6 +69,11 @@ class RollingKVCache {
   void check_step(std::string_view op, const TransformerConfig& config, index_t batch,
                   index_t tokens) const;
 
+  /// Checks tokens ≥ 0: the ring is allocated when the cache is built and a step overwrites its
+  /// oldest slots, so there is nothing to take (InferenceCache's reserve).
+  /// @throws ShapeError if tokens < 0.
+  void reserve(index_t tokens) const;
+
   /// Layer `layer`'s attention for T new positions length() … length() + T − 1: q [B, H, T, d_k],
   /// their k and v [B, H_kv, T, d_k] → o [B, H, T, d_k] = softmax(scale·q·kᵀ over the band)·v,
   /// keys from this step and the ring; the new k and v then replace the oldest slots. length()
@@ -71,10 +82,19 @@ class RollingKVCache {
   template <TensorLike Q, TensorLike K, TensorLike V, WritableTensor O>
   void attend(index_t layer, const Q& q, const K& k, const V& v, O&& o,
               std::optional<double> scale = std::nullopt);
+  /// As attend(layer, q, k, v, o, scale) for an attention whose window is `window`, which must be
+  /// the ring's W (InferenceCache's attend, to which a layer passes its own window).
+  /// @throws ShapeError if window is not W (unset: none), before anything is written; as attend.
+  template <TensorLike Q, TensorLike K, TensorLike V, WritableTensor O>
+  void attend(index_t layer, const Q& q, const K& k, const V& v, O&& o, std::optional<double> scale,
+              std::optional<index_t> window);
 
   /// Moves length() on by `tokens` once every layer has attended.
   /// @throws ShapeError if tokens < 0.
   void advance(index_t tokens);
+  /// advance(tokens.seq) for a step of B = batch() rows (InferenceCache; the ids are not kept).
+  /// @throws ShapeError if tokens.batch is not batch(), or as advance(tokens.seq).
+  void advance(TokenBatch tokens);
 
  private:
   void check_layer(std::string_view op, index_t layer) const;
@@ -118,6 +138,35 @@ void RollingKVCache<Scalar>::check_layer(std::string_view op, index_t layer) con
   if (layer < 0 || layer >= n_layers()) {
     throw Error(detail::concat(op, ": layer ", layer, " is out of range [0, ", n_layers(), ")"));
   }
+}
+
+template <class Scalar>
+index_t RollingKVCache<Scalar>::position(index_t row) const {
+  if (row < 0 || row >= batch()) {
+    throw Error(
+        detail::concat("RollingKVCache::position: row ", row, " is outside [0, ", batch(), ")"));
+  }
+  return length_;
+}
+
+template <class Scalar>
+void RollingKVCache<Scalar>::reserve(index_t tokens) const {
+  if (tokens < 0) {
+    throw ShapeError(
+        detail::concat("RollingKVCache::reserve: ", tokens, " new positions (need >= 0)"));
+  }
+}
+
+template <class Scalar>
+template <TensorLike Q, TensorLike K, TensorLike V, WritableTensor O>
+void RollingKVCache<Scalar>::attend(index_t layer, const Q& q, const K& k, const V& v, O&& o,
+                                    std::optional<double> scale, std::optional<index_t> window) {
+  if (window.value_or(0) != this->window()) {
+    throw ShapeError(detail::concat("RollingKVCache::attend: the ring holds W = ", this->window(),
+                                    " positions, the attention's window is ", window.value_or(0),
+                                    " (0: none)"));
+  }
+  attend(layer, q, k, v, std::forward<O>(o), scale);
 }
 
 template <class Scalar>
@@ -229,5 +278,16 @@ void RollingKVCache<Scalar>::advance(index_t tokens) {
   }
   length_ = checked_add(length_, tokens, "RollingKVCache::advance");
 }
+
+template <class Scalar>
+void RollingKVCache<Scalar>::advance(TokenBatch tokens) {
+  if (tokens.batch != batch()) {
+    throw ShapeError(detail::concat("RollingKVCache::advance: a step of B = ", tokens.batch,
+                                    " rows for a cache of batch ", batch()));
+  }
+  advance(tokens.seq);
+}
+
+static_assert(InferenceCache<RollingKVCache<float>> && InferenceCache<RollingKVCache<double>>);
 
 }  // namespace dissect

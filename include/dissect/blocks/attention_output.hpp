@@ -8,16 +8,17 @@
 #include <ostream>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
+#include "dissect/accounting/config.hpp"
+#include "dissect/accounting/tensor_names.hpp"
 #include "dissect/blocks/block_options.hpp"
 #include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/detail/heads_block.hpp"
 #include "dissect/blocks/detail/packed_fusion.hpp"
 #include "dissect/blocks/detail/print_block.hpp"
-#include "dissect/accounting/config.hpp"
-#include "dissect/tensor/detail/heads.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/layers/linear.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/detail/heads.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
@@ -60,8 +61,9 @@ std::ostream& operator<<(std::ostream& out, const AttentionOutput<Scalar>& block
 
 template <class Scalar>
 AttentionOutput<Scalar>::AttentionOutput(index_t d_model, index_t n_heads, BlockOptions options)
-    : AttentionOutput::HeadsBlock("proj", d_model, check_heads("AttentionOutput", d_model, n_heads),
-                                  d_model, options) {}
+    : AttentionOutput::HeadsBlock(module_names::proj, d_model,
+                                  check_heads("AttentionOutput", d_model, n_heads), d_model,
+                                  options) {}
 
 template <class Scalar>
 void AttentionOutput<Scalar>::check_input(const char* op, ConstTensorView<Scalar, 4> a) const {

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "dissect/tensor/init.hpp"
 #include "dissect/layers/linear.hpp"
+#include "dissect/tensor/init.hpp"
 
 namespace dissect {
 

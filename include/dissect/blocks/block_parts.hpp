@@ -13,11 +13,11 @@
 #include <string_view>
 #include <utility>
 
-#include "dissect/tensor/activation.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/layers/linear.hpp"
-#include "dissect/tensor/module.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/activation.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {

@@ -14,17 +14,17 @@
 #include <string>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
+#include "dissect/accounting/config.hpp"
+#include "dissect/attention/cross_attention.hpp"
 #include "dissect/blocks/block_options.hpp"
 #include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/detail/print_block.hpp"
-#include "dissect/accounting/config.hpp"
-#include "dissect/attention/cross_attention.hpp"
-#include "dissect/tensor/detail/heads.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/init.hpp"
-#include "dissect/layers/linear.hpp"
-#include "dissect/tensor/module.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/detail/heads.hpp"
+#include "dissect/tensor/init.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {

@@ -9,15 +9,15 @@
 #include <ostream>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
-#include "dissect/tensor/activation.hpp"
 #include "dissect/blocks/block_options.hpp"
 #include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/detail/feed_forward_core.hpp"
 #include "dissect/blocks/detail/print_block.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/layers/linear.hpp"
-#include "dissect/tensor/module.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/activation.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {

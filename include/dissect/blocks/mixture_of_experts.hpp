@@ -22,20 +22,21 @@
 #include <vector>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
-#include "dissect/tensor/activation.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/accounting/tensor_names.hpp"
 #include "dissect/blocks/block_options.hpp"
 #include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/detail/moe_routing.hpp"
 #include "dissect/blocks/feed_forward.hpp"
 #include "dissect/blocks/gated_feed_forward.hpp"
-#include "dissect/accounting/config.hpp"
 #include "dissect/core/detail/enum_check.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/init.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/layers/linear.hpp"
+#include "dissect/tensor/activation.hpp"
+#include "dissect/tensor/init.hpp"
 #include "dissect/tensor/module.hpp"
 #include "dissect/tensor/sequential.hpp"
-#include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
@@ -227,8 +228,8 @@ class MixtureOfExperts : public ComposedModule<MixtureOfExperts<Scalar, Expert>>
   friend class ComposedModule<MixtureOfExperts>;
   template <class Self, class Visitor>
   static void visit_members(Self& self, Visitor& visit) {
-    visit_child("router", self.router_, visit);
-    visit_child("experts", self.experts_, visit);
+    visit_child(module_names::router, self.router_, visit);
+    visit_child(module_names::experts, self.experts_, visit);
   }
 
   std::size_t checked_expert(index_t e) const;

@@ -11,16 +11,17 @@
 #include <ostream>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
+#include "dissect/accounting/config.hpp"
+#include "dissect/accounting/tensor_names.hpp"
+#include "dissect/attention/qkv.hpp"
 #include "dissect/blocks/block_options.hpp"
 #include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/detail/heads_block.hpp"
 #include "dissect/blocks/detail/print_block.hpp"
-#include "dissect/accounting/config.hpp"
+#include "dissect/core/shape.hpp"
+#include "dissect/layers/linear.hpp"
 #include "dissect/tensor/detail/heads.hpp"
 #include "dissect/tensor/init.hpp"
-#include "dissect/layers/linear.hpp"
-#include "dissect/attention/qkv.hpp"
-#include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
@@ -76,7 +77,8 @@ std::ostream& operator<<(std::ostream& out, const QKVProjection<Scalar>& block);
 template <class Scalar>
 QKVProjection<Scalar>::QKVProjection(index_t d_model, index_t n_heads, QKVOptions options)
     : QKVProjection::HeadsBlock(
-          "qkv", d_model, check_heads("QKVProjection", d_model, n_heads, options.n_kv_heads),
+          module_names::qkv, d_model,
+          check_heads("QKVProjection", d_model, n_heads, options.n_kv_heads),
           detail::fused_qkv_width(
               check_heads("QKVProjection", d_model, n_heads, options.n_kv_heads)),
           {.bias = options.bias, .init = options.init, .seed = options.seed}) {}

@@ -5,11 +5,13 @@
 // elements and block bytes: 1 and 4 for fp32, 2 and 1 for int4, 32 and 18 for GGUF's Q4_0), so
 // a new format (GGUF's K-quants, ternary weights) is one row. The enums that name subsets —
 // WeightFormat (quant/format.hpp), SaveDtype (io/safetensors.hpp) — map into this one and take
-// their names and sizes from it.
+// their names and sizes from it, and ggml's table of GGUF types (quant/ggml_type.hpp) takes the
+// block of every format the two share from here.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
@@ -53,6 +55,10 @@ constexpr int dtype_bits(Dtype dtype);
 /// The dtype called `name` (canonical names only). @throws ConfigError listing the names.
 Dtype dtype_from_name(std::string_view name);
 
+/// The dtype a safetensors file calls `file_name` ("F32", "BF16", "I8"), or nothing for a name
+/// the table has no row for ("U8", "I64", ""; a file may hold those, as raw bytes).
+constexpr std::optional<Dtype> dtype_from_file_name(std::string_view file_name);
+
 /// Bytes to store `elements` values of `dtype`, rounded up to whole blocks (int4 packs two per
 /// byte, so an odd count needs one more half-empty byte; Q4_0 stores 18 bytes per 32 values).
 /// @throws ConfigError naming `what` if `elements` < 0 or `dtype` is out of range;
@@ -72,8 +78,8 @@ inline constexpr std::array<DtypeInfo, 13> dtype_table{{
     {"int4", "", 2, 1},
     {"fp64", "F64", 1, 8},
     {"q4_0", "", 32, 18},  // an fp16 scale and 32 nibbles: GGUF's block_q4_0
-    // ggml's blocks as GGUF stores them (quant/ggml_type.hpp has every ggml type; these are the
-    // ones dissect's kernels run without widening to fp32).
+    // ggml's blocks as GGUF stores them (quant/ggml_type.hpp has every ggml type, and reads
+    // these rows' sizes; these are the ones dissect's kernels run without widening to fp32).
     {"q8_0", "", 32, 34},
     {"q4_K", "", 256, 144},
     {"q5_K", "", 256, 176},
@@ -124,6 +130,14 @@ inline Dtype dtype_from_name(std::string_view name) {
     known += info.name;
   }
   throw ConfigError(concat("dtype \"", name, "\" is not one of ", known));
+}
+
+constexpr std::optional<Dtype> dtype_from_file_name(std::string_view file_name) {
+  if (file_name.empty()) return std::nullopt;  // the rows with no file name
+  for (std::size_t i = 0; i < detail::dtype_table.size(); ++i) {
+    if (detail::dtype_table[i].file_name == file_name) return static_cast<Dtype>(i);
+  }
+  return std::nullopt;
 }
 
 inline index_t bytes_for(index_t elements, Dtype dtype, std::string_view what) {

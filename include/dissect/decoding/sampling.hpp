@@ -1,5 +1,5 @@
-// dissect/decoding/sampling.hpp — choosing the next token from a row of logits, as Hugging Face's logits
-// processors and warpers define it.
+// dissect/decoding/sampling.hpp — choosing the next token from a row of logits, as Hugging Face's
+// logits processors and warpers define it.
 //
 // The logits pass, in Hugging Face's order, through the repetition penalty (multiplicative, over
 // the prompt and every generated token) and OpenAI's frequency and presence penalties (additive,
@@ -19,8 +19,8 @@
 
 #include "dissect/accounting/config.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/init.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/tensor/init.hpp"
 
 namespace dissect {
 

@@ -5,8 +5,8 @@
 
 #include <optional>
 
-#include "dissect/tensor/activation.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/tensor/activation.hpp"
 
 namespace dissect {
 

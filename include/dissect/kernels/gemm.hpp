@@ -14,6 +14,8 @@
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
+#include "dissect/core/thread_policy.hpp"
 #include "dissect/kernels/compile_once.hpp"
 #include "dissect/kernels/cpu_dispatch.hpp"
 #include "dissect/kernels/detail/gemm_avx2.hpp"
@@ -22,11 +24,6 @@
 #include "dissect/kernels/detail/gemm_portable.hpp"
 #include "dissect/kernels/epilogue.hpp"
 #include "dissect/kernels/packed_weight.hpp"
-#include "dissect/core/shape.hpp"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace dissect {
 
@@ -73,21 +70,20 @@ inline KernelPath gemm_kernel_path() {
 
 namespace kernels::detail {
 
-/// Each thread should have at least this much work (~10 µs) for the fork and join to pay: flops,
-/// or for few rows, weights streamed from memory, each worth ~32 flops of time (this machine
-/// streams ~15 GB/s per core against ~200 GFLOP/s).
-inline constexpr index_t min_flops_per_thread = index_t{1} << 21;
+/// For few rows the work is the weights streamed from memory, each worth ~32 flops of time (this
+/// machine streams ~15 GB/s per core against ~200 GFLOP/s); thread_policy::min_gemm_flops of it
+/// per thread.
 inline constexpr index_t flops_per_streamed_weight = 32;
 
 inline int gemm_threads(const GemmCall& call, int requested) {
 #ifdef _OPENMP
-  int threads = requested;
-  if (threads == 0) threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int threads = requested == 0 ? thread_policy::available_threads() : requested;
   const index_t pairs = (call.panels() + 1) / 2;
   const index_t k = std::max<index_t>(call.k, 1);
   const index_t flops = std::max(2 * call.m, flops_per_streamed_weight) * call.n * k;
-  const index_t useful = std::max<index_t>(1, std::min(pairs, flops / min_flops_per_thread));
-  return static_cast<int>(std::clamp<index_t>(useful, 1, threads));
+  // No more threads than panel pairs, the unit run_threads hands out.
+  return thread_policy::threads_for(flops, thread_policy::min_gemm_flops,
+                                    std::min<index_t>(threads, std::max<index_t>(pairs, 1)));
 #else
   (void)call;
   (void)requested;

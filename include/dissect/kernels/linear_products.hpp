@@ -1,4 +1,5 @@
-// dissect/kernels/linear_products.hpp — the functional layer: y = x·Wᵀ + b and its gradients on Eigen maps.
+// dissect/kernels/linear_products.hpp — the functional layer: y = x·Wᵀ + b and its gradients on
+// Eigen maps.
 //
 // No classes, no allocation, no shape checks beyond debug asserts: callers (Linear, the blocks)
 // check shapes at the public boundary and hand over row-major matrix views. In float, over more
@@ -13,8 +14,8 @@
 #include <optional>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
-#include "dissect/tensor/detail/panelled_gemm.hpp"
 #include "dissect/kernels/gemm.hpp"
+#include "dissect/tensor/detail/panelled_gemm.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {

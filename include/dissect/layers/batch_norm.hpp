@@ -1,4 +1,5 @@
-// dissect/layers/batch_norm.hpp — BatchNorm1d<Scalar>: nn.BatchNorm1d, normalisation across the batch.
+// dissect/layers/batch_norm.hpp — BatchNorm1d<Scalar>: nn.BatchNorm1d, normalisation across the
+// batch.
 //
 // LayerNorm normalises each token over its features; batch normalisation normalises each feature
 // (channel) over the batch: x [N, C] or [N, C, L], statistics per channel over N (and L). While
@@ -18,8 +19,8 @@
 
 #include "dissect/accounting/config.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/module.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {

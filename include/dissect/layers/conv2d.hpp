@@ -1,4 +1,5 @@
-// dissect/layers/conv2d.hpp — Conv2d<Scalar>: nn.Conv2d (groups = 1) as im2col + the library's GEMM.
+// dissect/layers/conv2d.hpp — Conv2d<Scalar>: nn.Conv2d (groups = 1) as im2col + the library's
+// GEMM.
 //
 // A convolution is a linear layer applied to every receptive field: im2col lays the fields of all
 // images out as the rows of one matrix cols [N·Ho·Wo, C·kh·kw], and y = cols·Wᵀ + b is then one
@@ -16,10 +17,10 @@
 
 #include "dissect/accounting/config.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/init.hpp"
-#include "dissect/kernels/linear_products.hpp"
-#include "dissect/tensor/module.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/kernels/linear_products.hpp"
+#include "dissect/tensor/init.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {

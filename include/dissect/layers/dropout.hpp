@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/tensor/init.hpp"
 #include "dissect/tensor/module.hpp"
-#include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {

@@ -1,10 +1,11 @@
-// dissect/layers/embedding.hpp — Embedding<Scalar>: a table of V rows of width D looked up by token id,
-// exactly like nn.Embedding, and the same table read by position (GPT-2's learned wpe).
+// dissect/layers/embedding.hpp — Embedding<Scalar>: a table of V rows of width D looked up by token
+// id, exactly like nn.Embedding, and the same table read by position (GPT-2's learned wpe).
 //
 // forward copies rows; backward scatter-adds dy's rows into the table's gradient, so an id that
 // appears twice in a batch receives both rows. Token ids are integers, which Tensor does not hold:
-// they come as a TokenBatch, a span of B·T ids in row-major order. Every id, every shape and every
-// alias with the layer's own buffers is checked before anything is written.
+// they come as a TokenBatch (core/token_batch.hpp), a span of B·T ids in row-major order. Every
+// id, every shape and every alias with the layer's own buffers is checked before anything is
+// written.
 #pragma once
 
 #include <cmath>
@@ -16,9 +17,10 @@
 #include <utility>
 
 #include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
+#include "dissect/core/token_batch.hpp"  // TokenBatch, which forward reads
 #include "dissect/tensor/init.hpp"
 #include "dissect/tensor/module.hpp"
-#include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
@@ -30,15 +32,6 @@ struct EmbeddingOptions {
   double init_std = 1.0;
   /// Seed of the layer's own generator; when empty, the next of the sequence manual_seed() sets.
   std::optional<std::uint64_t> seed = std::nullopt;
-};
-
-/// B sequences of T token ids, row-major: ids[b·T + t] is the token at [b, t]. A non-owning view
-/// (keep the ids alive during the call), checked by the layer that reads it: ids.size() must be
-/// B·T and every id must lie in [0, V).
-struct TokenBatch {
-  std::span<const index_t> ids;
-  index_t batch;  ///< B
-  index_t seq;    ///< T
 };
 
 template <class Scalar>

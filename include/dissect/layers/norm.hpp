@@ -1,4 +1,5 @@
-// dissect/layers/norm.hpp — LayerNorm<Scalar> (GPT-2) and RMSNorm<Scalar> (LLaMA) over the last axis.
+// dissect/layers/norm.hpp — LayerNorm<Scalar> (GPT-2) and RMSNorm<Scalar> (LLaMA) over the last
+// axis.
 //
 // LayerNorm: y = (x − mean)/√(var + eps)·γ + β, var biased (÷ D), exactly nn.LayerNorm's formula.
 // RMSNorm:   y = x/√(mean(x²) + eps)·w, HF's LlamaRMSNorm with no bias and no centring.
@@ -17,8 +18,8 @@
 
 #include "dissect/accounting/config.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/module.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {

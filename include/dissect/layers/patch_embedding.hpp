@@ -12,8 +12,8 @@
 #include <ostream>
 #include <utility>
 
-#include "dissect/layers/conv2d.hpp"
 #include "dissect/core/error.hpp"
+#include "dissect/layers/conv2d.hpp"
 #include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 

@@ -1,6 +1,6 @@
-// dissect/layers/rope.hpp — rotary position embedding (RoPE, Su et al. 2021) as LLaMA and Hugging Face
-// apply it: each head vector of q or k [B, H, T, d_k] is rotated pair by pair, pair i being the
-// features (i, i + d_k/2) — HF's rotate_half layout, not the interleaved (2i, 2i + 1) of the
+// dissect/layers/rope.hpp — rotary position embedding (RoPE, Su et al. 2021) as LLaMA and Hugging
+// Face apply it: each head vector of q or k [B, H, T, d_k] is rotated pair by pair, pair i being
+// the features (i, i + d_k/2) — HF's rotate_half layout, not the interleaved (2i, 2i + 1) of the
 // paper — by the angle p·θ_i at position p, with θ_i = rope_theta^(−2i/d_k).
 //
 // RotaryTable computes cos and sin once for d_k and a number of positions; apply_rope and

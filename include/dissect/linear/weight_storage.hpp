@@ -1,5 +1,6 @@
-// dissect/linear/weight_storage.hpp — moved to dissect/layers/linear/weight_storage.hpp (its layer's folder, docs/architecture.md); this
-// forwarding header is kept for one release so that code written before the move compiles.
+// dissect/linear/weight_storage.hpp — moved to dissect/layers/linear/weight_storage.hpp (its
+// layer's folder, docs/architecture.md); this forwarding header is kept for one release so that
+// code written before the move compiles.
 #pragma once
 
 #include "dissect/layers/linear/weight_storage.hpp"

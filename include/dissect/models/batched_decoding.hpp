@@ -18,12 +18,12 @@
 #include <string_view>
 #include <vector>
 
+#include "dissect/attention/paged_kv_cache.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/init.hpp"
+#include "dissect/decoding/sampling.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/models/generate.hpp"
-#include "dissect/attention/paged_kv_cache.hpp"
-#include "dissect/decoding/sampling.hpp"
+#include "dissect/tensor/init.hpp"
 
 namespace dissect {
 

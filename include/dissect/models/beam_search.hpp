@@ -39,10 +39,11 @@
 #include <string_view>
 #include <vector>
 
+#include "dissect/attention/kv_cache_concept.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/training/loss.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/models/generate.hpp"
+#include "dissect/training/loss.hpp"
 
 namespace dissect {
 
@@ -153,6 +154,7 @@ BeamSearchResult beam_search(const Model& model, std::span<const index_t> prompt
   for (index_t b = 0; b < beams; ++b) ids.insert(ids.end(), prompt.begin(), prompt.end());
   // Sized by the request (the prompt and every new token but the last), not by the context.
   auto cache = model.make_kv_cache(beams, detail::generation_positions(context, length, wanted));
+  static_assert(ReorderableCache<decltype(cache)>, "beam search regathers the cache's rows");
   auto logits = model.forward(TokenBatch{ids, beams, length}, cache);
 
   std::vector<index_t> order(static_cast<std::size_t>(beams * vocab));

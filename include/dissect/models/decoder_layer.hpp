@@ -9,34 +9,39 @@
 // scores' scale, which can depend on the layer's index in its model
 // (TransformerConfig::score_scale). Three forwards: training (keeps what backward needs), inference
 // (online-softmax attention, nothing kept) and decoding with a KV cache; all three scale the scores
-// alike, and backward by the scale its forward used. A config's sliding_window W (Mistral's) limits
-// every query to its last W positions in all of them: over a full KVCache by the band mask, or
-// with a RollingKVCache that holds only those W. A PagedKVCache serves a batch of sequences of
-// different lengths: row b of x continues sequence b at its own position.
+// alike, and backward by the scale its forward used. Inference and decoding are one function over
+// any InferenceCache (attention/kv_cache_concept.hpp): row b of x continues the cache's row b at
+// its own position, and the cache keeps k and v and attends (inference: a cache that keeps none). A
+// config's sliding_window W (Mistral's) limits every query to its last W positions in all of them:
+// over a full KVCache by the band mask, or with a RollingKVCache that holds only those W. A
+// PagedKVCache serves a batch of sequences of different lengths, each at its own position.
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "dissect/accounting/config.hpp"
 #include "dissect/attention/attention.hpp"
+#include "dissect/attention/flash_attention.hpp"
+#include "dissect/attention/kv_cache.hpp"
+#include "dissect/attention/kv_cache_concept.hpp"
+#include "dissect/attention/paged_kv_cache.hpp"
+#include "dissect/attention/rolling_kv_cache.hpp"
 #include "dissect/blocks/attention_output.hpp"
 #include "dissect/blocks/feed_forward.hpp"
 #include "dissect/blocks/gated_feed_forward.hpp"
 #include "dissect/blocks/mixture_of_experts.hpp"
 #include "dissect/blocks/qkv_projection.hpp"
-#include "dissect/accounting/config.hpp"
-#include "dissect/attention/flash_attention.hpp"
 #include "dissect/core/forward_stages.hpp"
-#include "dissect/attention/kv_cache.hpp"
+#include "dissect/layers/norm.hpp"
+#include "dissect/layers/rope.hpp"
 #include "dissect/models/styles.hpp"
 #include "dissect/tensor/module.hpp"
-#include "dissect/layers/norm.hpp"
-#include "dissect/attention/paged_kv_cache.hpp"
-#include "dissect/attention/rolling_kv_cache.hpp"
-#include "dissect/layers/rope.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {
@@ -133,23 +138,33 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
     for_each_dense_ffn([](DenseFfnType& ffn) { ffn.unpack(); });
   }
 
-  /// Inference: as the training forward, keeping nothing (attention by online softmax). With a
-  /// KV cache, x holds the T positions after kv->length(): their k and v are written to layer
-  /// `layer` of the cache (whose length the model advances) and q attends to every position held
-  /// (with a sliding window, to its last W: the band mask over the full cache).
+  /// Inference over a cache (the one inference forward): row b of x [B, T, D] holds the T
+  /// positions after kv.position(b) (q and k rotated to them); layer `layer` of the cache keeps
+  /// their k and v and q attends to what the row may read (InferenceCache::attend, with this
+  /// layer's score scale and window). The cache's lengths move when the model advances it, after
+  /// every layer. The projections see all B·T rows at once: one read of the weights for the batch.
+  /// Records the attention stages in `trace` with row 0's keys.
+  /// @throws ShapeError if x's B is not kv.batch(); as the cache's attend.
+  template <InferenceCache Kv>
+  Tensor<Scalar, 3> infer(ConstTensorView<Scalar, 3> x, const RotaryTable<Scalar>* rope, Kv& kv,
+                          index_t layer, ShapeTrace* trace = nullptr) const;
+
+  /// Inference: as the training forward, keeping nothing (attention by online softmax; the one
+  /// infer over a cache that keeps nothing). With a KV cache, x holds the T positions after
+  /// kv->length(): infer(x, rope, *kv, layer, trace) (with a sliding window, q reads its last W:
+  /// the band mask over the full cache).
   Tensor<Scalar, 3> infer(ConstTensorView<Scalar, 3> x, const RotaryTable<Scalar>* rope,
                           KVCache<Scalar>* kv, index_t layer, ShapeTrace* trace = nullptr) const;
 
-  /// Inference with a rolling cache (a windowed config): x holds the T positions after
-  /// kv.length(); q attends to the window's keys, from the ring and this step, and the step's k
-  /// and v replace the ring's oldest (RollingKVCache::attend).
+  /// Inference with a rolling cache (a windowed config): infer(x, rope, kv, layer); q attends to
+  /// the window's keys, from the ring and this step, and the step's k and v replace the ring's
+  /// oldest (RollingKVCache::attend). @throws ShapeError if the ring's W is not this layer's.
   Tensor<Scalar, 3> infer(ConstTensorView<Scalar, 3> x, const RotaryTable<Scalar>* rope,
                           RollingKVCache<Scalar>& kv, index_t layer) const;
 
-  /// Inference over a paged cache: row b of x [B, T, D] holds the T positions after
-  /// kv.length(sequences[b]) (rotated to those positions); their k and v go to the sequence's
-  /// blocks and q attends to every position it holds (PagedKVCache::attend). The projections see
-  /// all B·T rows at once: one read of the weights for the whole batch.
+  /// Inference over a paged cache: infer(x, rope, kv.select(sequences), layer), row b of x
+  /// continuing sequence sequences[b] at its own length (PagedKVCache::attend).
+  /// @throws ShapeError if sequences does not hold x's B ids.
   Tensor<Scalar, 3> infer(ConstTensorView<Scalar, 3> x, const RotaryTable<Scalar>* rope,
                           PagedKVCache<Scalar>& kv, std::span<const index_t> sequences,
                           index_t layer) const;
@@ -177,6 +192,10 @@ class DecoderLayer : public ComposedModule<DecoderLayer<Scalar, Style>> {
   }
   /// q and k rotated in place to positions offset … offset + T − 1 (rotary styles only).
   static void rotate(QKV<Scalar>& qkv, index_t offset, const RotaryTable<Scalar>* rope);
+  /// q and k rotated in place, row b to positions kv.position(b) … (rotary styles only): one
+  /// rotate when every row is at the same position, else one per row.
+  template <class Kv>
+  static void rotate_rows(QKV<Scalar>& qkv, const Kv& kv, const RotaryTable<Scalar>* rope);
   /// A mixture of experts records its router's logits [B, T, E] as the routing stage.
   void trace_routing(ShapeTrace* trace, const Shape<3>& shape) const;
   /// x₂ + FFN(norm₂(x₂)) without a cache, x₂ = x + W_O(attended): the inference tail.
@@ -228,6 +247,30 @@ template <class Scalar>
 void add_into(Tensor<Scalar, 3>& target, ConstTensorView<Scalar, 3> addend) {
   target.vector() += addend.vector();
 }
+
+/// The cache of an inference forward that keeps nothing (a whole sequence at once): B rows at
+/// position 0, each layer's queries attending to the step's own keys (causal_attention_into), so
+/// that it too is a call of the one cached forward.
+template <class Scalar>
+class NoCache {
+ public:
+  using scalar_type = Scalar;
+  explicit NoCache(index_t batch) : batch_(batch) {}
+  index_t batch() const { return batch_; }
+  index_t position(index_t) const { return 0; }
+  void check_step(std::string_view, const TransformerConfig&, index_t, index_t) const {}
+  void reserve(index_t) const {}
+  template <TensorLike Q, TensorLike K, TensorLike V, WritableTensor O>
+  void attend(index_t, const Q& q, const K& k, const V& v, O&& o, std::optional<double> scale,
+              std::optional<index_t> window) const {
+    causal_attention_into(q, k, v, std::forward<O>(o), scale, window);
+  }
+  void advance(TokenBatch) const {}
+
+ private:
+  index_t batch_;
+};
+static_assert(InferenceCache<NoCache<float>> && InferenceCache<NoCache<double>>);
 
 }  // namespace detail
 
@@ -353,26 +396,55 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::finish(ConstTensorView<Scalar, 3>
 }
 
 template <class Scalar, const DecoderStyle& Style>
+template <class Kv>
+void DecoderLayer<Scalar, Style>::rotate_rows(QKV<Scalar>& qkv, const Kv& kv,
+                                              const RotaryTable<Scalar>* rope) {
+  if constexpr (Style.positions == Positions::rotary) {
+    const index_t rows = kv.batch(), first = rows > 0 ? kv.position(0) : 0;
+    bool same = true;
+    for (index_t b = 1; b < rows && same; ++b) same = kv.position(b) == first;
+    if (same) return rotate(qkv, first, rope);
+    if (!rope) throw Error(detail::concat(Style.layer_name, ": a rotary layer needs a RoPE table"));
+    // Row b's q and k heads are one contiguous [1, H, T, d_k] slice.
+    for (auto* part : {&qkv.q, &qkv.k}) {
+      const Shape<4> one{1, part->dim(1), part->dim(2), part->dim(3)};
+      const index_t stride = part->size() / part->dim(0);
+      for (index_t b = 0; b < rows; ++b) {
+        TensorView<Scalar, 4> row(part->data() + b * stride, one);
+        apply_rope_into(row, row, kv.position(b), *rope);
+      }
+    }
+  }
+}
+
+template <class Scalar, const DecoderStyle& Style>
+template <InferenceCache Kv>
+Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::infer(ConstTensorView<Scalar, 3> x,
+                                                     const RotaryTable<Scalar>* rope, Kv& kv,
+                                                     index_t layer, ShapeTrace* trace) const {
+  static_assert(std::is_same_v<typename Kv::scalar_type, Scalar>,
+                "dissect: the KV cache's scalar type must match the model's");
+  if (x.dim(0) != kv.batch()) {
+    throw ShapeError(detail::concat(Style.layer_name, "::infer: x ", format_shape(x.shape()),
+                                    " holds ", x.dim(0), " rows, the cache's step extends ",
+                                    kv.batch()));
+  }
+  auto qkv = qkv_.forward(norm1_.forward(x));
+  rotate_rows(qkv, kv, rope);
+  auto attended = Tensor<Scalar, 4>::uninitialized(qkv.q.shape());
+  if (trace) detail::trace_attention(trace, qkv, kv.position(0) + qkv.q.dim(2));
+  kv.attend(layer, qkv.q, qkv.k, qkv.v, attended, score_scale_, window_);
+  return finish(x, attended, trace);
+}
+
+template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::infer(ConstTensorView<Scalar, 3> x,
                                                      const RotaryTable<Scalar>* rope,
                                                      KVCache<Scalar>* kv, index_t layer,
                                                      ShapeTrace* trace) const {
-  auto qkv = qkv_.forward(norm1_.forward(x));
-  const index_t offset = kv ? kv->length() : 0;
-  rotate(qkv, offset, rope);
-  auto attended = Tensor<Scalar, 4>::uninitialized(qkv.q.shape());
-  if (kv) {
-    kv->write(layer, qkv.k, qkv.v);
-    const index_t keys = offset + qkv.q.dim(2);
-    detail::trace_attention(trace, qkv, keys);
-    causal_attention_heads_into<Scalar>(heads_of(qkv.q.cview()), kv->keys(layer, keys),
-                                        kv->values(layer, keys), heads_of(attended.view()),
-                                        x.dim(0), score_scale_, window_);
-  } else {
-    detail::trace_attention(trace, qkv, qkv.k.dim(2));
-    causal_attention_into(qkv.q, qkv.k, qkv.v, attended, score_scale_, window_);
-  }
-  return finish(x, attended, trace);
+  if (kv) return infer<KVCache<Scalar>>(x, rope, *kv, layer, trace);
+  detail::NoCache<Scalar> none(x.dim(0));
+  return infer<detail::NoCache<Scalar>>(x, rope, none, layer, trace);
 }
 
 template <class Scalar, const DecoderStyle& Style>
@@ -385,11 +457,7 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::infer(ConstTensorView<Scalar, 3> 
         detail::concat(Style.layer_name, "::infer: the rolling KV cache holds W = ", kv.window(),
                        " positions, this layer's window is ", window_.value_or(0), " (0: none)"));
   }
-  auto qkv = qkv_.forward(norm1_.forward(x));
-  rotate(qkv, kv.length(), rope);
-  auto attended = Tensor<Scalar, 4>::uninitialized(qkv.q.shape());
-  kv.attend(layer, qkv.q, qkv.k, qkv.v, attended, score_scale_);
-  return finish(x, attended, nullptr);
+  return infer<RollingKVCache<Scalar>>(x, rope, kv, layer);
 }
 
 template <class Scalar, const DecoderStyle& Style>
@@ -403,23 +471,8 @@ Tensor<Scalar, 3> DecoderLayer<Scalar, Style>::infer(ConstTensorView<Scalar, 3> 
                                     " sequences for x ", format_shape(x.shape()),
                                     " (one per row of B)"));
   }
-  auto qkv = qkv_.forward(norm1_.forward(x));
-  if constexpr (Style.positions == Positions::rotary) {
-    if (!rope) throw Error(detail::concat(Style.layer_name, ": a rotary layer needs a RoPE table"));
-    // Each row is rotated to its own sequence's positions: row b's q and k heads are one
-    // contiguous [1, H, T, d_k] slice.
-    for (auto* part : {&qkv.q, &qkv.k}) {
-      const Shape<4> one{1, part->dim(1), part->dim(2), part->dim(3)};
-      const index_t stride = part->size() / part->dim(0);
-      for (index_t b = 0; b < x.dim(0); ++b) {
-        TensorView<Scalar, 4> rows(part->data() + b * stride, one);
-        apply_rope_into(rows, rows, kv.length(sequences[static_cast<std::size_t>(b)]), *rope);
-      }
-    }
-  }
-  auto attended = Tensor<Scalar, 4>::uninitialized(qkv.q.shape());
-  kv.attend(layer, sequences, qkv.q, qkv.k, qkv.v, attended, score_scale_);
-  return finish(x, attended, nullptr);
+  auto rows = kv.select(sequences);
+  return infer<typename PagedKVCache<Scalar>::Batch>(x, rope, rows, layer);
 }
 
 }  // namespace dissect

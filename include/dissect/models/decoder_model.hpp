@@ -9,7 +9,9 @@
 // kinds: inference over a whole sequence, decoding with a KV cache (contiguous, rolling, or paged:
 // B sequences each at its own position in one forward), and training, whose cache feeds backward;
 // loss_and_backward is the training step's arithmetic (an optimizer from optim.hpp then updates
-// parameters_of(model)).
+// parameters_of(model)). Inference is one function over any InferenceCache
+// (attention/kv_cache_concept.hpp): each cache's forward is a call of it, and so is the
+// whole-sequence forward, over a cache that keeps nothing.
 #pragma once
 
 #include <algorithm>
@@ -22,17 +24,18 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/layers/embedding.hpp"
-#include "dissect/tensor/init.hpp"
-#include "dissect/kernels/linear_products.hpp"
 #include "dissect/attention/kv_cache.hpp"
-#include "dissect/layers/linear.hpp"
-#include "dissect/training/loss.hpp"
-#include "dissect/models/decoder_layer.hpp"
-#include "dissect/tensor/module.hpp"
+#include "dissect/attention/kv_cache_concept.hpp"
 #include "dissect/attention/paged_kv_cache.hpp"
+#include "dissect/kernels/linear_products.hpp"
+#include "dissect/layers/embedding.hpp"
+#include "dissect/layers/linear.hpp"
 #include "dissect/layers/rope.hpp"
+#include "dissect/models/decoder_layer.hpp"
+#include "dissect/tensor/init.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/sequential.hpp"
+#include "dissect/training/loss.hpp"
 
 namespace dissect {
 
@@ -184,8 +187,24 @@ class DecoderModel : public ComposedModule<DecoderModel<Scalar, Style>> {
     if (self.head_) visit_child(Style.head, *self.head_, visit);
   }
 
+  /// Which logits a cached forward returns: every position's, or each row's last (forward_last).
+  enum class LogitRows { all, last };
+  /// The one inference forward: T new tokens per row, row b at positions kv.position(b) … (their
+  /// keys and values go to kv, whose lengths then move on by T) → logits [B, T, V], or [B, 1, V]
+  /// for LogitRows::last. Checks (naming `op`) before any work: kv.check_step, then check_tokens
+  /// for every row's positions, then (the embedding) every id; nothing changes when one refuses.
+  /// Records the stages in `trace` (layer 0's once). Inference without a cache runs it over
+  /// detail::NoCache.
+  template <InferenceCache Kv>
+  Tensor<Scalar, 3> forward_cached(std::string_view op, TokenBatch tokens, Kv& kv, LogitRows rows,
+                                   ShapeTrace* trace = nullptr) const;
   /// E[ids] + P[offset …]: [B, T, D].
-  Tensor<Scalar, 3> embed(const TokenBatch& tokens, index_t offset) const;
+  Tensor<Scalar, 3> embed(const TokenBatch& tokens, index_t offset) const {
+    return embed_rows(tokens, [offset](index_t) { return offset; });
+  }
+  /// E[ids] + P[offset_of(b) …] for each row b: [B, T, D].
+  template <class Offset>
+  Tensor<Scalar, 3> embed_rows(const TokenBatch& tokens, Offset offset_of) const;
   /// norm_f(x)·W_headᵀ: [B, T, V].
   Tensor<Scalar, 3> logits_of(ConstTensorView<Scalar, 3> normed, ShapeTrace* trace) const;
   /// The RoPE table for positions [0, end) (null for learned positions); `end` is within the
@@ -313,13 +332,24 @@ void DecoderModel<Scalar, Style>::check_tokens(std::string_view op, const TokenB
 }
 
 template <class Scalar, const DecoderStyle& Style>
-Tensor<Scalar, 3> DecoderModel<Scalar, Style>::embed(const TokenBatch& tokens,
-                                                     index_t offset) const {
+template <class Offset>
+Tensor<Scalar, 3> DecoderModel<Scalar, Style>::embed_rows(const TokenBatch& tokens,
+                                                          Offset offset_of) const {
   auto x = embedding_.forward(tokens);  // checks every id against V, naming [b, t]
   if (positions_) {
-    const auto table = positions_->forward_positions(tokens.seq, offset);  // [T, D]
-    x.view().reshape(Shape<2>{tokens.batch, table.size()}).matrix().rowwise() +=
-        table.cview().flatten().vector().transpose();
+    // One table [T, D] per run of rows at the same position (one for the whole batch when every
+    // row is at one position).
+    Tensor<Scalar, 2> table;
+    index_t table_offset = -1;
+    for (index_t b = 0; b < tokens.batch; ++b) {
+      const index_t offset = offset_of(b);
+      if (offset != table_offset) {
+        table = positions_->forward_positions(tokens.seq, offset);
+        table_offset = offset;
+      }
+      Eigen::Map<RowMatrix<Scalar>>(x.data() + b * table.size(), tokens.seq, config_.d_model) +=
+          table.cview().matrix();
+    }
   }
   return x;
 }
@@ -341,99 +371,76 @@ Tensor<Scalar, 3> DecoderModel<Scalar, Style>::logits_of(ConstTensorView<Scalar,
 
 template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens, ShapeTrace* trace) const {
-  check_tokens(detail::concat(Style.model_name, "::forward"), tokens, 0);
-  auto x = embed(tokens, 0);
+  detail::NoCache<Scalar> none(tokens.batch);  // every row from position 0, nothing kept
+  return forward_cached(detail::concat(Style.model_name, "::forward"), tokens, none, LogitRows::all,
+                        trace);
+}
+
+template <class Scalar, const DecoderStyle& Style>
+template <InferenceCache Kv>
+Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward_cached(std::string_view op,
+                                                              TokenBatch tokens, Kv& kv,
+                                                              LogitRows rows,
+                                                              ShapeTrace* trace) const {
+  static_assert(std::is_same_v<typename Kv::scalar_type, Scalar>,
+                "dissect: the KV cache's scalar type must match the model's");
+  kv.check_step(op, config_, tokens.batch, tokens.seq);  // now kv.batch() = B
+  // B, T > 0 (with row 0's positions), then every row's positions inside the context.
+  check_tokens(op, tokens, tokens.batch > 0 ? kv.position(0) : 0);
+  index_t end = 0;  // the furthest position any row reaches
+  for (index_t b = 0; b < tokens.batch; ++b) {
+    const index_t offset = kv.position(b);
+    if (b > 0) check_tokens(op, tokens, offset);
+    end = std::max(end, offset + tokens.seq);
+  }
+  // The last check: every id in range.
+  auto x = embed_rows(tokens, [&kv](index_t b) { return kv.position(b); });
   detail::trace_stage(trace, stage::token_ids, Shape<2>{tokens.batch, tokens.seq});
   detail::trace_stage(trace, stage::embedding, x.shape());
-  const auto rope = rope_for(tokens.seq);
+  const auto rope = rope_for(end);
+  kv.reserve(tokens.seq);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    x = layers_.at(i).infer(x, rope.get(), nullptr, 0, i == 0 ? trace : nullptr);
+    x = layers_.at(i).template infer<Kv>(x, rope.get(), kv, static_cast<index_t>(i),
+                                         i == 0 ? trace : nullptr);
   }
-  return logits_of(final_norm_.forward(x), trace);
-}
-
-template <class Scalar, const DecoderStyle& Style>
-Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens,
-                                                       KVCache<Scalar>& kv) const {
-  const std::string op = detail::concat(Style.model_name, "::forward (KV cache)");
-  kv.check_step(op, config_, tokens.batch, tokens.seq);
-  check_tokens(op, tokens, kv.length());
-  auto x = embed(tokens, kv.length());  // the last check: every id in range
-  const auto rope = rope_for(kv.length() + tokens.seq);
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    x = layers_.at(i).infer(x, rope.get(), &kv, static_cast<index_t>(i));
-  }
-  kv.advance(tokens.seq);
-  return logits_of(final_norm_.forward(x), nullptr);
-}
-
-template <class Scalar, const DecoderStyle& Style>
-Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward_last(TokenBatch tokens,
-                                                            KVCache<Scalar>& kv) const {
-  const std::string op = detail::concat(Style.model_name, "::forward_last (KV cache)");
-  kv.check_step(op, config_, tokens.batch, tokens.seq);
-  check_tokens(op, tokens, kv.length());
-  auto x = embed(tokens, kv.length());  // the last check: every id in range
-  const auto rope = rope_for(kv.length() + tokens.seq);
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    x = layers_.at(i).infer(x, rope.get(), &kv, static_cast<index_t>(i));
-  }
-  kv.advance(tokens.seq);
-  if (tokens.seq == 1) return logits_of(final_norm_.forward(x), nullptr);
+  kv.advance(tokens);
+  if (rows == LogitRows::all || tokens.seq == 1) return logits_of(final_norm_.forward(x), trace);
   // The norm is per row, so the last row's norm is the norm of the last row.
   auto last = Tensor<Scalar, 3>::uninitialized({tokens.batch, 1, config_.d_model});
   for (index_t b = 0; b < tokens.batch; ++b) {
     const Scalar* row = x.data() + ((b + 1) * tokens.seq - 1) * config_.d_model;
     std::copy_n(row, config_.d_model, last.data() + b * config_.d_model);
   }
-  return logits_of(final_norm_.forward(last), nullptr);
+  return logits_of(final_norm_.forward(last), trace);
+}
+
+template <class Scalar, const DecoderStyle& Style>
+Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens,
+                                                       KVCache<Scalar>& kv) const {
+  return forward_cached(detail::concat(Style.model_name, "::forward (KV cache)"), tokens, kv,
+                        LogitRows::all);
+}
+
+template <class Scalar, const DecoderStyle& Style>
+Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward_last(TokenBatch tokens,
+                                                            KVCache<Scalar>& kv) const {
+  return forward_cached(detail::concat(Style.model_name, "::forward_last (KV cache)"), tokens, kv,
+                        LogitRows::last);
 }
 
 template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens,
                                                        RollingKVCache<Scalar>& kv) const {
-  const std::string op = detail::concat(Style.model_name, "::forward (rolling KV cache)");
-  kv.check_step(op, config_, tokens.batch, tokens.seq);
-  check_tokens(op, tokens, kv.length());
-  auto x = embed(tokens, kv.length());  // the last check: every id in range
-  const auto rope = rope_for(kv.length() + tokens.seq);
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    x = layers_.at(i).infer(x, rope.get(), kv, static_cast<index_t>(i));
-  }
-  kv.advance(tokens.seq);
-  return logits_of(final_norm_.forward(x), nullptr);
+  return forward_cached(detail::concat(Style.model_name, "::forward (rolling KV cache)"), tokens,
+                        kv, LogitRows::all);
 }
 
 template <class Scalar, const DecoderStyle& Style>
 Tensor<Scalar, 3> DecoderModel<Scalar, Style>::forward(TokenBatch tokens, PagedKVCache<Scalar>& kv,
                                                        std::span<const index_t> sequences) const {
-  const std::string op = detail::concat(Style.model_name, "::forward (paged KV cache)");
-  if (static_cast<index_t>(sequences.size()) != tokens.batch) {
-    throw ShapeError(detail::concat(op, ": ", sequences.size(), " sequence ids for B = ",
-                                    tokens.batch, " rows of tokens (one id per row)"));
-  }
-  check_tokens(op, tokens, 0);  // B, T > 0
-  kv.check_step(op, config_, sequences, tokens.seq);
-  for (index_t id : sequences) check_tokens(op, TokenBatch{{}, 1, tokens.seq}, kv.length(id));
-  // E[ids], then each row's positions from its own sequence's length (learned positions).
-  auto x = embedding_.forward(tokens);  // the last check: every id in range
-  if (positions_) {
-    for (index_t b = 0; b < tokens.batch; ++b) {
-      const auto table = positions_->forward_positions(
-          tokens.seq, kv.length(sequences[static_cast<std::size_t>(b)]));
-      Eigen::Map<RowMatrix<Scalar>>(x.data() + b * table.size(), tokens.seq, config_.d_model) +=
-          table.cview().matrix();
-    }
-  }
-  index_t end = 0;  // the furthest position any row reaches
-  for (index_t id : sequences) end = std::max(end, kv.length(id) + tokens.seq);
-  const auto rope = rope_for(end);
-  kv.reserve(sequences, tokens.seq);
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    x = layers_.at(i).infer(x, rope.get(), kv, sequences, static_cast<index_t>(i));
-  }
-  kv.advance(sequences, tokens);
-  return logits_of(final_norm_.forward(x), nullptr);
+  auto rows = kv.select(sequences);  // row b continues sequences[b]
+  return forward_cached(detail::concat(Style.model_name, "::forward (paged KV cache)"), tokens,
+                        rows, LogitRows::all);
 }
 
 template <class Scalar, const DecoderStyle& Style>

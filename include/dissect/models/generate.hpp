@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/init.hpp"
-#include "dissect/models/decoder_model.hpp"
 #include "dissect/decoding/sampling.hpp"
+#include "dissect/models/decoder_model.hpp"
+#include "dissect/tensor/init.hpp"
 
 namespace dissect {
 

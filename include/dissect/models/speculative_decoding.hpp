@@ -32,11 +32,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "dissect/attention/kv_cache_concept.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/init.hpp"
+#include "dissect/decoding/sampling.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/models/generate.hpp"
-#include "dissect/decoding/sampling.hpp"
+#include "dissect/tensor/init.hpp"
 
 namespace dissect {
 
@@ -121,6 +122,9 @@ class SpeculativeDecoder {
   index_t prompt_length_, wanted_, generated_ = 0;
   KVCache<typename Target::scalar_type> target_cache_;
   KVCache<typename Draft::scalar_type> draft_cache_;
+  // A rejected draft's positions are cut from both caches.
+  static_assert(TruncatableCache<decltype(target_cache_)> &&
+                TruncatableCache<decltype(draft_cache_)>);
   Generator generator_;
   SamplingScratch scratch_;
   // The sequence so far, then a round's proposals: the history every distribution of the round

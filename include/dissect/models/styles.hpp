@@ -12,15 +12,16 @@
 
 #include <string_view>
 
-#include "dissect/tensor/activation.hpp"
 #include "dissect/accounting/config.hpp"
+#include "dissect/accounting/tensor_names.hpp"
 #include "dissect/core/error.hpp"
+#include "dissect/tensor/activation.hpp"
 
 namespace dissect {
 
 /// A decoder family: the parts a config cannot vary for it, and its modules' state_dict names.
 struct DecoderStyle {
-  std::string_view family;      ///< "gpt2", "llama": Hugging Face's model_type
+  std::string_view family{};    ///< "gpt2", "llama": Hugging Face's model_type
   std::string_view model_name;  ///< "GPT2Model": how messages name the model
   std::string_view layer_name;  ///< "GPT2Block"
   Norm norm;
@@ -30,67 +31,69 @@ struct DecoderStyle {
   /// Whether the family's attention may scale its scores otherwise than by 1/√d_k
   /// (TransformerConfig::score_scaling): GPT-2's may, LLaMA's always uses 1/√d_k.
   bool score_scaling;
-  // state_dict names: the model's members, then a layer's.
-  const char* token_embedding;
-  const char* position_embedding;  ///< "" when positions are rotary (no parameters)
-  const char* layers;
-  const char* final_norm;
-  const char* head;
-  const char* attention_norm;
-  const char* attention;
-  const char* ffn_norm;
-  const char* mlp;
+  // state_dict names: the model's members, then a layer's. The family's, of
+  // accounting/tensor_names.hpp's table (detail::with_tensor_names fills them).
+  const char* token_embedding = "";
+  const char* position_embedding = "";  ///< "" when positions are rotary (no parameters)
+  const char* layers = "";
+  const char* final_norm = "";
+  const char* head = "";
+  const char* attention_norm = "";
+  const char* attention = "";
+  const char* ffn_norm = "";
+  const char* mlp = "";
   /// Whether every layer's FFN is a mixture of experts (MixtureOfExperts over the FFN `ffn`
   /// names; the config's n_experts and experts_per_token size it).
   bool moe = false;
 };
 
+namespace detail {
+
+/// `style` with the state_dict names of its family (accounting/tensor_names.hpp).
+constexpr DecoderStyle with_tensor_names(DecoderStyle style, const FamilyTensorNames& names) {
+  style.family = names.family;
+  style.token_embedding = names.module(ModelTensor::token_embedding);
+  style.position_embedding = names.module(ModelTensor::position_embedding);
+  style.layers = names.layers;
+  style.final_norm = names.module(ModelTensor::final_norm);
+  style.head = names.module(ModelTensor::head);
+  style.attention_norm = names.module(ModelTensor::attention_norm);
+  style.attention = names.attention;
+  style.ffn_norm = names.module(ModelTensor::ffn_norm);
+  style.mlp = names.ffn;
+  return style;
+}
+
+}  // namespace detail
+
 /// GPT-2 (HF GPT2LMHeadModel): pre-LayerNorm blocks, learned positions, GELU (tanh) MLP.
-inline constexpr DecoderStyle gpt2_style{"gpt2",
-                                         "GPT2Model",
-                                         "GPT2Block",
-                                         Norm::layer_norm,
-                                         Ffn::mlp,
-                                         Positions::learned,
-                                         Activation::gelu_tanh,
-                                         true,
-                                         "wte",
-                                         "wpe",
-                                         "h",
-                                         "ln_f",
-                                         "lm_head",
-                                         "ln_1",
-                                         "attn",
-                                         "ln_2",
-                                         "mlp"};
+inline constexpr DecoderStyle gpt2_style =
+    detail::with_tensor_names({.model_name = "GPT2Model",
+                               .layer_name = "GPT2Block",
+                               .norm = Norm::layer_norm,
+                               .ffn = Ffn::mlp,
+                               .positions = Positions::learned,
+                               .activation = Activation::gelu_tanh,
+                               .score_scaling = true},
+                              gpt2_tensor_names);
 
 /// LLaMA (HF LlamaForCausalLM): RMSNorm, rotary positions, SwiGLU.
-inline constexpr DecoderStyle llama_style{"llama",
-                                          "LlamaModel",
-                                          "LlamaDecoderLayer",
-                                          Norm::rms_norm,
-                                          Ffn::gated,
-                                          Positions::rotary,
-                                          Activation::silu,
-                                          false,
-                                          "embed_tokens",
-                                          "",
-                                          "layers",
-                                          "norm",
-                                          "lm_head",
-                                          "input_layernorm",
-                                          "self_attn",
-                                          "post_attention_layernorm",
-                                          "mlp"};
+inline constexpr DecoderStyle llama_style =
+    detail::with_tensor_names({.model_name = "LlamaModel",
+                               .layer_name = "LlamaDecoderLayer",
+                               .norm = Norm::rms_norm,
+                               .ffn = Ffn::gated,
+                               .positions = Positions::rotary,
+                               .activation = Activation::silu,
+                               .score_scaling = false},
+                              llama_tensor_names);
 
 /// Mixtral (HF MixtralForCausalLM): LLaMA's layer with its SwiGLU FFN replaced by a sparse
 /// mixture of SwiGLU experts ("block_sparse_moe"), each token routed to k of E.
 inline constexpr DecoderStyle mixtral_style = [] {
-  DecoderStyle style = llama_style;
-  style.family = "mixtral";
+  DecoderStyle style = detail::with_tensor_names(llama_style, mixtral_tensor_names);
   style.model_name = "MixtralModel";
   style.layer_name = "MixtralDecoderLayer";
-  style.mlp = "block_sparse_moe";
   style.moe = true;
   return style;
 }();

@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "dissect/core/error.hpp"
-#include "dissect/training/optim.hpp"
-#include "dissect/parallel/communicator.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/parallel/communicator.hpp"
+#include "dissect/training/optim.hpp"
 
 namespace dissect::parallel {
 

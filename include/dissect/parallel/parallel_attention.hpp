@@ -18,18 +18,19 @@
 #include <string_view>
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
+#include "dissect/accounting/config.hpp"
+#include "dissect/accounting/tensor_names.hpp"
 #include "dissect/attention/attention.hpp"
 #include "dissect/blocks/attention_output.hpp"
 #include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/qkv_projection.hpp"
-#include "dissect/accounting/config.hpp"
-#include "dissect/tensor/detail/heads.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/module.hpp"
+#include "dissect/layers/rope.hpp"
 #include "dissect/parallel/communicator.hpp"
 #include "dissect/parallel/parallel_feed_forward.hpp"
 #include "dissect/parallel/parallel_linear.hpp"
-#include "dissect/layers/rope.hpp"
+#include "dissect/tensor/detail/heads.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect::parallel {
@@ -111,8 +112,8 @@ class ParallelAttention : public ComposedModule<ParallelAttention<Scalar>> {
   friend class ComposedModule<ParallelAttention>;
   template <class Self, class Visitor>
   static void visit_members(Self& self, Visitor& visit) {
-    visit_child("qkv", self.qkv_, visit);
-    visit_child("proj", self.proj_, visit);
+    visit_child(module_names::qkv, self.qkv_, visit);
+    visit_child(module_names::proj, self.proj_, visit);
   }
 
   /// The constructors' checks, in one agreement each (score_scale: checked_scale's, agreed).

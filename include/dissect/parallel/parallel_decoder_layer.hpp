@@ -26,17 +26,18 @@
 #include <utility>
 #include <vector>
 
-#include "dissect/blocks/block_parts.hpp"
 #include "dissect/accounting/config.hpp"
+#include "dissect/accounting/tensor_names.hpp"
+#include "dissect/blocks/block_parts.hpp"
 #include "dissect/core/error.hpp"
 #include "dissect/io/safetensors.hpp"
-#include "dissect/models/decoder_layer.hpp"
-#include "dissect/tensor/module.hpp"
 #include "dissect/layers/norm.hpp"
+#include "dissect/layers/rope.hpp"
+#include "dissect/models/decoder_layer.hpp"
 #include "dissect/parallel/communicator.hpp"
 #include "dissect/parallel/parallel_blocks.hpp"
 #include "dissect/parallel/parallel_linear.hpp"
-#include "dissect/layers/rope.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect::parallel {
@@ -445,7 +446,11 @@ Layer load_parallel_layer(const SafetensorsFile& file, std::string_view prefix,
   double score_scale = 0;
   std::optional<Tensor<Scalar, 1>> proj_bias, down_bias;
   detail::SliceReader reader(file, prefix);
-  const std::string attn = std::string(style.attention) + ".", mlp = std::string(style.mlp) + ".";
+  // A tensor's name below the layer prefix ("attn.qkv"), from the family's table.
+  const FamilyTensorNames& names = tensor_names_of(style.family);
+  const auto in_layer = [&](ModelTensor tensor) {
+    return module_path_in_layer(names, *names.find(tensor));
+  };
 
   // Every check and every read is local: one agreement settles them all before any collective.
   comm.agree(op, [&] {
@@ -474,8 +479,8 @@ Layer load_parallel_layer(const SafetensorsFile& file, std::string_view prefix,
     load_norm(norm1, style.attention_norm);
     load_norm(norm2, style.ffn_norm);
     const std::array<index_t, 3> qkv_parts{H * d_k, H_kv * d_k, H_kv * d_k};
-    qkv.emplace(
-        detail::read_column_slice<Scalar>(reader, attn + "qkv", D, qkv_parts, config.bias, comm));
+    qkv.emplace(detail::read_column_slice<Scalar>(reader, in_layer(ModelTensor::qkv), D, qkv_parts,
+                                                  config.bias, comm));
     const auto read_row = [&](std::optional<Linear<Scalar>>& local,
                               std::optional<Tensor<Scalar, 1>>& bias, const std::string& linear,
                               index_t in, index_t out) {
@@ -488,15 +493,15 @@ Layer load_parallel_layer(const SafetensorsFile& file, std::string_view prefix,
         reader.rows(linear + ".bias", {out}, 0, out, bias->data());
       }
     };
-    read_row(proj, proj_bias, attn + "proj", D, D);
+    read_row(proj, proj_bias, in_layer(ModelTensor::attention_output), D, D);
     const std::array<index_t, 1> ffn_parts{F};
     if constexpr (gated) {
-      gate.emplace(
-          detail::read_column_slice<Scalar>(reader, mlp + "gate", D, ffn_parts, config.bias, comm));
+      gate.emplace(detail::read_column_slice<Scalar>(reader, in_layer(ModelTensor::ffn_gate), D,
+                                                     ffn_parts, config.bias, comm));
     }
-    up.emplace(
-        detail::read_column_slice<Scalar>(reader, mlp + "up", D, ffn_parts, config.bias, comm));
-    read_row(down, down_bias, mlp + "down", F, D);
+    up.emplace(detail::read_column_slice<Scalar>(reader, in_layer(ModelTensor::ffn_up), D,
+                                                 ffn_parts, config.bias, comm));
+    read_row(down, down_bias, in_layer(ModelTensor::ffn_down), F, D);
   });
 
   // Every rank read its slices: now the collectives that agree on the shapes.

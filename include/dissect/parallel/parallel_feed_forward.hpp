@@ -15,15 +15,16 @@
 #include <optional>
 #include <string_view>
 
-#include "dissect/tensor/activation.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/accounting/tensor_names.hpp"
 #include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/feed_forward.hpp"
 #include "dissect/blocks/gated_feed_forward.hpp"
-#include "dissect/accounting/config.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/module.hpp"
 #include "dissect/parallel/communicator.hpp"
 #include "dissect/parallel/parallel_linear.hpp"
+#include "dissect/tensor/activation.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect::parallel {
@@ -77,8 +78,8 @@ class ParallelFeedForward : public ComposedModule<ParallelFeedForward<Scalar>> {
   friend class ComposedModule<ParallelFeedForward>;
   template <class Self, class Visitor>
   static void visit_members(Self& self, Visitor& visit) {
-    visit_child("up", self.up_, visit);
-    visit_child("down", self.down_, visit);
+    visit_child(module_names::up, self.up_, visit);
+    visit_child(module_names::down, self.down_, visit);
   }
 
   const Communicator* comm_;
@@ -131,9 +132,9 @@ class ParallelGatedFeedForward : public ComposedModule<ParallelGatedFeedForward<
   friend class ComposedModule<ParallelGatedFeedForward>;
   template <class Self, class Visitor>
   static void visit_members(Self& self, Visitor& visit) {
-    visit_child("gate", self.gate_, visit);
-    visit_child("up", self.up_, visit);
-    visit_child("down", self.down_, visit);
+    visit_child(module_names::gate, self.gate_, visit);
+    visit_child(module_names::up, self.up_, visit);
+    visit_child(module_names::down, self.down_, visit);
   }
 
   const Communicator* comm_;

@@ -28,8 +28,8 @@
 
 #include "dissect/core/error.hpp"
 #include "dissect/layers/linear.hpp"
-#include "dissect/tensor/module.hpp"
 #include "dissect/parallel/communicator.hpp"
+#include "dissect/tensor/module.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect::parallel {

@@ -30,8 +30,8 @@
 #include <cstdint>
 #include <limits>
 
-#include "dissect/kernels/linear_products.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/kernels/linear_products.hpp"
 
 namespace dissect {
 

@@ -22,10 +22,10 @@
 
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/numeric/half.hpp"
 #include "dissect/quant/detail/ggml_block_codecs.hpp"
 #include "dissect/quant/ggml_type.hpp"
-#include "dissect/core/shape.hpp"
 
 namespace dissect {
 

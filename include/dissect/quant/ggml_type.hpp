@@ -5,6 +5,8 @@
 // of any type it meets, and say which types dissect decodes: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
 // Q5_0, Q5_1, the K-quants Q4_K, Q5_K, Q6_K (with Q8_K, the K-quants' activation format) and
 // TQ2_0, the ternary format of BitNet b1.58 models.
+// The formats dtype.hpp also holds (f32, f16, bf16, i8, f64, q4_0, q8_0, the K-quants dissect
+// runs, tq2_0) take their blocks from its table: one size per format.
 // How each decoded type turns into floats and back is in quant/ggml_blocks.hpp. Ids 4, 5 and
 // 31–33, 36–38 are retired (ggml removed those types; no current file holds them).
 #pragma once
@@ -15,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "dissect/core/dtype.hpp"
 #include "dissect/core/error.hpp"
 #include "dissect/core/shape.hpp"
 
@@ -91,20 +94,27 @@ index_t ggml_row_bytes(GgmlType type, index_t elements, std::string_view what = 
 
 namespace detail {
 
+/// A row whose block is dtype.hpp's row `same`'s: a format both tables hold (fp32, q4_K, tq2_0, …)
+/// is sized once, there, and ggml's table reads it. Only the names differ ("f32" and "fp32").
+constexpr GgmlTypeInfo sized_as(GgmlType type, std::string_view name, Dtype same, bool decoded) {
+  const DtypeInfo& info = dtype_table[static_cast<std::size_t>(same)];
+  return {type, name, info.block_elements, info.block_bytes, decoded};
+}
+
 inline constexpr std::array<GgmlTypeInfo, 35> ggml_type_table{{
-    {GgmlType::f32, "f32", 1, 4, true},
-    {GgmlType::f16, "f16", 1, 2, true},
-    {GgmlType::q4_0, "q4_0", 32, 18, true},
+    sized_as(GgmlType::f32, "f32", Dtype::fp32, true),
+    sized_as(GgmlType::f16, "f16", Dtype::fp16, true),
+    sized_as(GgmlType::q4_0, "q4_0", Dtype::q4_0, true),
     {GgmlType::q4_1, "q4_1", 32, 20, true},
     {GgmlType::q5_0, "q5_0", 32, 22, true},
     {GgmlType::q5_1, "q5_1", 32, 24, true},
-    {GgmlType::q8_0, "q8_0", 32, 34, true},
+    sized_as(GgmlType::q8_0, "q8_0", Dtype::q8_0, true),
     {GgmlType::q8_1, "q8_1", 32, 36, false},
     {GgmlType::q2_K, "q2_K", 256, 84, false},
     {GgmlType::q3_K, "q3_K", 256, 110, false},
-    {GgmlType::q4_K, "q4_K", 256, 144, true},
-    {GgmlType::q5_K, "q5_K", 256, 176, true},
-    {GgmlType::q6_K, "q6_K", 256, 210, true},
+    sized_as(GgmlType::q4_K, "q4_K", Dtype::q4_K, true),
+    sized_as(GgmlType::q5_K, "q5_K", Dtype::q5_K, true),
+    sized_as(GgmlType::q6_K, "q6_K", Dtype::q6_K, true),
     {GgmlType::q8_K, "q8_K", 256, 292, true},
     {GgmlType::iq2_xxs, "iq2_xxs", 256, 66, false},
     {GgmlType::iq2_xs, "iq2_xs", 256, 74, false},
@@ -114,15 +124,15 @@ inline constexpr std::array<GgmlTypeInfo, 35> ggml_type_table{{
     {GgmlType::iq3_s, "iq3_s", 256, 110, false},
     {GgmlType::iq2_s, "iq2_s", 256, 82, false},
     {GgmlType::iq4_xs, "iq4_xs", 256, 136, false},
-    {GgmlType::i8, "i8", 1, 1, false},
+    sized_as(GgmlType::i8, "i8", Dtype::int8, false),
     {GgmlType::i16, "i16", 1, 2, false},
     {GgmlType::i32, "i32", 1, 4, false},
     {GgmlType::i64, "i64", 1, 8, false},
-    {GgmlType::f64, "f64", 1, 8, false},
+    sized_as(GgmlType::f64, "f64", Dtype::fp64, false),
     {GgmlType::iq1_m, "iq1_m", 256, 56, false},
-    {GgmlType::bf16, "bf16", 1, 2, true},
+    sized_as(GgmlType::bf16, "bf16", Dtype::bf16, true),
     {GgmlType::tq1_0, "tq1_0", 256, 54, false},
-    {GgmlType::tq2_0, "tq2_0", 256, 66, true},
+    sized_as(GgmlType::tq2_0, "tq2_0", Dtype::tq2_0, true),
     {GgmlType::mxfp4, "mxfp4", 32, 17, false},
     {GgmlType::nvfp4, "nvfp4", 64, 36, false},
     {GgmlType::q1_0, "q1_0", 128, 18, false},

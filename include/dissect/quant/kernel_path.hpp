@@ -6,9 +6,9 @@
 // number of activation rows. Everything that runs a quantised product asks active_kernel_path.
 #pragma once
 
+#include "dissect/core/shape.hpp"
 #include "dissect/kernels/cpu_dispatch.hpp"
 #include "dissect/quant/format.hpp"
-#include "dissect/core/shape.hpp"
 
 namespace dissect::quant {
 

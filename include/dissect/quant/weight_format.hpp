@@ -52,12 +52,12 @@
 #define DISSECT_PUBLIC_HEADER  // the detail/ headers below check it (docs/architecture.md)
 #include "dissect/core/detail/enum_check.hpp"
 #include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/numeric/half.hpp"
 #include "dissect/quant/detail/ggml_dot.hpp"
 #include "dissect/quant/detail/quant_kernels.hpp"
 #include "dissect/quant/format.hpp"
 #include "dissect/quant/ggml_blocks.hpp"
-#include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect {

@@ -1,4 +1,5 @@
-// dissect/tensor/activation.hpp — the elementwise nonlinearities of a transformer: ReLU, GELU, SiLU.
+// dissect/tensor/activation.hpp — the elementwise nonlinearities of a transformer: ReLU, GELU,
+// SiLU.
 //
 // Forward and backward on tensors of any rank, as free functions (relu, gelu, silu, *_backward)
 // or through the Activation enum, so a block can hold its activation as a value, or as stateless

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "dissect/tensor/module.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/tensor/module.hpp"
 
 namespace dissect {
 

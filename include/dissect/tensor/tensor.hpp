@@ -1,5 +1,6 @@
-// dissect/tensor/tensor.hpp — Tensor<Scalar, Rank>, an owning contiguous row-major buffer with a shape,
-// and TensorView<Scalar, Rank>, the non-owning pointer + shape that every layer reads and writes.
+// dissect/tensor/tensor.hpp — Tensor<Scalar, Rank>, an owning contiguous row-major buffer with a
+// shape, and TensorView<Scalar, Rank>, the non-owning pointer + shape that every layer reads and
+// writes.
 //
 // Neither does arithmetic of its own: layers take matrix views (leading axes folded into rows,
 // the last axis as columns) and hand those to Eigen. Tensor copies are deep and explicit in cost;

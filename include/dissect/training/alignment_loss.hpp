@@ -1,5 +1,6 @@
-// dissect/training/alignment_loss.hpp — the losses of preference and reinforcement fine-tuning: DPO, PPO's
-// clipped surrogate (with value loss and entropy bonus) and GRPO, each with its backward.
+// dissect/training/alignment_loss.hpp — the losses of preference and reinforcement fine-tuning:
+// DPO, PPO's clipped surrogate (with value loss and entropy bonus) and GRPO, each with its
+// backward.
 //
 // All three start from a causal LM's logits [N, T, V] over N sequences, the token each position
 // chose (targets [N, T]) and a 0/1 mask [N, T] selecting the response tokens: the prompt and the
@@ -18,9 +19,9 @@
 #include <vector>
 
 #include "dissect/core/error.hpp"
-#include "dissect/training/loss.hpp"
 #include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
+#include "dissect/training/loss.hpp"
 
 namespace dissect {
 

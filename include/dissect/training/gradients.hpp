@@ -1,5 +1,5 @@
-// dissect/training/gradients.hpp — what a training step does to the gradients between backward and step:
-// accumulate them over micro-batches, scale them, clip them by their global norm.
+// dissect/training/gradients.hpp — what a training step does to the gradients between backward and
+// step: accumulate them over micro-batches, scale them, clip them by their global norm.
 //
 // Accumulation needs no machinery: every backward *adds* into the gradients (module.hpp) until
 // zero_grad, as in PyTorch. k micro-batches whose losses are means over their own tokens give
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/tensor/module.hpp"
 #include "dissect/training/optim.hpp"
-#include "dissect/core/shape.hpp"
 
 namespace dissect {
 

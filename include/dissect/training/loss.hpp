@@ -1,4 +1,5 @@
-// dissect/training/loss.hpp — softmax, log-softmax and the softmax cross-entropy loss of a classifier.
+// dissect/training/loss.hpp — softmax, log-softmax and the softmax cross-entropy loss of a
+// classifier.
 //
 // cross_entropy is torch.nn.CrossEntropyLoss with mean reduction: logits [N, C] and int64 class
 // targets [N]. Every row is shifted by its maximum before exponentiating, so logits of 1e4 (or

@@ -20,17 +20,18 @@
 #include <type_traits>
 #include <utility>
 
-#include "dissect/tensor/activation.hpp"
+#include "dissect/accounting/config.hpp"
+#include "dissect/accounting/tensor_names.hpp"
 #include "dissect/blocks/block_options.hpp"
 #include "dissect/blocks/block_parts.hpp"
 #include "dissect/blocks/detail/packed_fusion.hpp"
-#include "dissect/accounting/config.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/tensor/init.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/kernels/packed_weight.hpp"
 #include "dissect/layers/linear.hpp"
+#include "dissect/tensor/activation.hpp"
+#include "dissect/tensor/init.hpp"
 #include "dissect/tensor/module.hpp"
-#include "dissect/core/shape.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect::detail {
@@ -90,7 +91,8 @@ class FeedForwardCore : public ComposedModule<Derived> {
   friend class ComposedModule<Derived>;
   template <class Self, class Visitor>
   static void visit_members(Self& self, Visitor& visit) {
-    constexpr std::array<std::string_view, 3> names{"gate", "up", "down"};
+    constexpr std::array<std::string_view, 3> names{module_names::gate, module_names::up,
+                                                    module_names::down};
     for (std::size_t i = 0; i < N; ++i) visit_child(names[3 - N + i], self.layers_[i], visit);
   }
 };

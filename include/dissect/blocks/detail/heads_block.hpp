@@ -13,13 +13,13 @@
 #include <string_view>
 #include <type_traits>
 
-#include "dissect/blocks/block_options.hpp"
 #include "dissect/accounting/config.hpp"
-#include "dissect/tensor/detail/heads.hpp"
+#include "dissect/blocks/block_options.hpp"
 #include "dissect/core/error.hpp"
-#include "dissect/layers/linear.hpp"
-#include "dissect/tensor/module.hpp"
 #include "dissect/core/shape.hpp"
+#include "dissect/layers/linear.hpp"
+#include "dissect/tensor/detail/heads.hpp"
+#include "dissect/tensor/module.hpp"
 
 namespace dissect::detail {
 

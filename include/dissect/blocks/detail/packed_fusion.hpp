@@ -21,12 +21,12 @@
 #include <optional>
 #include <type_traits>
 
-#include "dissect/tensor/activation.hpp"
 #include "dissect/core/error.hpp"
 #include "dissect/kernels/epilogue.hpp"
 #include "dissect/kernels/gemm.hpp"
 #include "dissect/kernels/packed_weight.hpp"
 #include "dissect/layers/linear.hpp"
+#include "dissect/tensor/activation.hpp"
 #include "dissect/tensor/tensor.hpp"
 
 namespace dissect::detail {

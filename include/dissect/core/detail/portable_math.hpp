@@ -1,4 +1,5 @@
-// dissect/core/detail/portable_math.hpp — private: do not include directly (dissect/tensor/init.hpp does).
+// dissect/core/detail/portable_math.hpp — private: do not include directly (dissect/tensor/init.hpp
+// does).
 //
 // A natural logarithm built only from IEEE operations that are correctly rounded everywhere
 // (frexp, +, −, ×, ÷, fma), so the normal samples in init.hpp are the same bits on every

@@ -25,9 +25,9 @@
 #include <optional>
 #include <vector>
 
+#include "dissect/core/shape.hpp"
 #include "dissect/kernels/epilogue.hpp"
 #include "dissect/kernels/packed_weight.hpp"
-#include "dissect/core/shape.hpp"
 
 #if defined(__linux__)
 #include <unistd.h>

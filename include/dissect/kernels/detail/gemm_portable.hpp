@@ -12,8 +12,8 @@
     "dissect/kernels/detail/gemm_portable.hpp is private to dissect: include dissect/kernels/gemm.hpp instead"
 #endif
 
-#include "dissect/tensor/activation.hpp"
 #include "dissect/kernels/detail/gemm_driver.hpp"
+#include "dissect/tensor/activation.hpp"
 
 namespace dissect::kernels::detail {
 

@@ -12,9 +12,9 @@
     "dissect/kernels/detail/vector_math_avx2.hpp is private to dissect: include dissect/kernels/gemm.hpp instead"
 #endif
 
-#include "dissect/tensor/activation.hpp"
 #include "dissect/kernels/detail/simd_targets.hpp"
 #include "dissect/kernels/detail/vector_math_bounds.hpp"
+#include "dissect/tensor/activation.hpp"
 
 #if DISSECT_X86
 

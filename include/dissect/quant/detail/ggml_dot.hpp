@@ -47,6 +47,8 @@
 #include <vector>
 
 #include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
+#include "dissect/core/thread_policy.hpp"
 #include "dissect/kernels/compile_once.hpp"
 #include "dissect/quant/detail/ggml_block_codecs.hpp"
 #include "dissect/quant/detail/quant_tiles.hpp"
@@ -54,7 +56,6 @@
 #include "dissect/quant/ggml_blocks.hpp"
 #include "dissect/quant/ggml_type.hpp"
 #include "dissect/quant/kernel_path.hpp"
-#include "dissect/core/shape.hpp"
 
 namespace dissect::quant::detail {
 
@@ -254,7 +255,7 @@ inline constexpr index_t ggml_rows_per_task = 4;
 template <class Body>
 void for_each_weight_task(const GgmlWeightsView& w, int threads, const Body& body) {
   threads =
-      static_cast<int>(std::clamp<index_t>(w.rows * w.cols / min_weights_per_thread, 1, threads));
+      thread_policy::threads_for(w.rows * w.cols, thread_policy::min_quantized_weights, threads);
   const index_t tasks = (w.rows + ggml_rows_per_task - 1) / ggml_rows_per_task;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "dissect/core/thread_policy.hpp"
 #include "dissect/quant/detail/quant_gemm_vnni.hpp"
 #include "dissect/quant/detail/quant_kernels_avx512.hpp"
 #include "dissect/quant/detail/quant_tiles.hpp"
@@ -113,7 +114,7 @@ inline void bf16_gemm(const Bf16WeightsView& w, const float* x, index_t ldx, ind
   auto* xb = reinterpret_cast<std::uint16_t*>(
       scratch(static_cast<std::size_t>(m * kp) * sizeof(std::uint16_t)));
   const index_t panels = (N + vnni_gemm_nr - 1) / vnni_gemm_nr;
-  threads = static_cast<int>(std::clamp<index_t>(m * N * K / (index_t{1} << 21), 1, threads));
+  threads = thread_policy::threads_for(m * N * K, thread_policy::min_multiply_adds, threads);
   index_t row_blocks = 1;
   if (panels < 2 * threads) {
     row_blocks = std::min<index_t>((2 * threads + panels - 1) / panels, (m + 5) / 6);

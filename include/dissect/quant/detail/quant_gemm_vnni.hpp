@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "dissect/core/thread_policy.hpp"
 #include "dissect/numeric/half.hpp"
 #include "dissect/quant/detail/quant_kernels_avx512.hpp"
 #include "dissect/quant/detail/quant_tiles.hpp"
@@ -363,7 +364,7 @@ void vnni_gemm(const View& w, const float* x, index_t ldx, index_t m, const Outp
   float* xsum = S == VnniScale::block_min ? sx + m * ldsx : nullptr;
   const index_t panels = (N + vnni_gemm_nr - 1) / vnni_gemm_nr;
   // Fork only when each thread gets ~2M multiply-adds (a fork costs a few µs).
-  threads = static_cast<int>(std::clamp<index_t>(m * N * K / (index_t{1} << 21), 1, threads));
+  threads = thread_policy::threads_for(m * N * K, thread_policy::min_multiply_adds, threads);
   // Row blocks: whole m when there are panels enough to share; otherwise cut m so that every
   // thread gets work (each row block repacks its panels, so no finer than that).
   index_t row_blocks = 1;

@@ -47,6 +47,7 @@
 #include <type_traits>
 
 #include "dissect/core/error.hpp"
+#include "dissect/core/shape.hpp"
 #include "dissect/kernels/compile_once.hpp"
 #include "dissect/numeric/half.hpp"
 #include "dissect/quant/detail/quant_gemm_bf16.hpp"
@@ -55,7 +56,6 @@
 #include "dissect/quant/detail/quant_kernels_avx512.hpp"
 #include "dissect/quant/detail/quant_tiles.hpp"
 #include "dissect/quant/kernel_path.hpp"
-#include "dissect/core/shape.hpp"
 
 namespace dissect::quant::detail {
 

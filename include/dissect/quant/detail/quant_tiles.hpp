@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dissect/core/shape.hpp"
+#include "dissect/core/thread_policy.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -141,15 +142,12 @@ void run_tile(const typename Kernel::Args& args, int mr, index_t i0, index_t n0,
 /// y[0:m, 0:N] from Kernel::tile<MR, NR>(args, i0, n0, k0, k1, first, last), which must write
 /// rows i0 … i0+MR−1, columns n0 … n0+NR−1 of y for the K range [k0, k1) through put().
 /// Threads take contiguous runs of weight-row tiles (OpenMP static schedule), so each streams
-/// its own part of W and no two write the same element of y.
-/// Weights each thread must own before a call forks: a fork and join costs a few µs (far more
-/// when another process holds the other core), the time to stream ~100 KB.
-inline constexpr index_t min_weights_per_thread = index_t{1} << 15;
-
+/// its own part of W and no two write the same element of y; a thread for each
+/// thread_policy::min_quantized_weights of W, at most `threads`.
 template <class Kernel>
 void drive(const typename Kernel::Args& args, index_t m, index_t N, index_t K, int threads) {
   if (m == 0 || N == 0) return;
-  threads = static_cast<int>(std::clamp<index_t>(N * K / min_weights_per_thread, 1, threads));
+  threads = thread_policy::threads_for(N * K, thread_policy::min_quantized_weights, threads);
   const int nr = m == 1 && one_row_decode<Kernel>() ? 1 : weight_rows_per_tile(m);
   const int mr_max = nr == 2 ? 8 : 4;
   const index_t kc = m <= 8 ? K : k_chunk;

@@ -14,10 +14,7 @@
 #include <algorithm>
 
 #include "dissect/core/shape.hpp"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "dissect/core/thread_policy.hpp"
 
 namespace dissect::detail {
 
@@ -32,12 +29,9 @@ inline constexpr index_t gemm_column_panel = 4096;
 /// Eigen does not thread GEMV at all and loses time threading very short GEMMs.
 inline constexpr index_t skinny_rows = 32;
 
-/// Each thread must own at least this many values of the streamed operand for the fork and
-/// join (a few µs) to pay off.
-inline constexpr index_t min_values_per_thread = index_t{1} << 16;
-
 /// The threads for a kernel that splits the weight rows itself at any number of activation rows
-/// (the quantised kernels): OpenMP's count, 1 inside a parallel region or for too little work.
+/// (the quantised kernels): OpenMP's count, 1 inside a parallel region or for too little work
+/// (thread_policy::min_streamed_values of W per thread).
 inline int threads_for_weights(index_t streamed_values);
 
 /// How many threads to split a skinny product over: 1 without OpenMP, inside a parallel region,
@@ -47,14 +41,8 @@ inline int threads_for_product(index_t rows, index_t streamed_values) {
 }
 
 inline int threads_for_weights(index_t streamed_values) {
-#ifdef _OPENMP
-  if (omp_in_parallel()) return 1;
-  const index_t useful = std::max<index_t>(1, streamed_values / min_values_per_thread);
-  return static_cast<int>(std::min<index_t>(useful, omp_get_max_threads()));
-#else
-  (void)streamed_values;
-  return 1;
-#endif
+  return thread_policy::threads_for(streamed_values, thread_policy::min_streamed_values,
+                                    thread_policy::available_threads());
 }
 
 /// dst = lhs·rhs (or dst += lhs·rhs when `accumulate`), column panel by column panel, the panels
