@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "dissect/layers/quantized_linear.hpp"
 #include "dissect/lora.hpp"
 #include "dissect/models/decoder_model.hpp"
 #include "dissect/tensor/freezing.hpp"
@@ -594,6 +595,37 @@ TEST(LoRAModels, TargetsMatchWholeNamesOrTheWholePattern) {
   EXPECT_TRUE(lora_targets(pattern, "h.1.attn.qkv"));
   EXPECT_FALSE(lora_targets(pattern, "h.10.attn.qkv"));
   EXPECT_FALSE(lora_targets(pattern, "xh.1.attn.qkv"));
+}
+
+}  // namespace test_lora
+}  // namespace dissect
+
+namespace dissect {
+namespace test_lora {
+
+// Linear keeps a mode's state in boxes that a move empties (layers/linear/detail/boxed.hpp); the
+// calls that reach into them must leave with them, or a moved-from layer (an empty 0 → 0 layer)
+// would follow a call into an empty box.
+TEST(LinearModes, AMovedFromLayerKeepsNoModeAndStillRuns) {
+  Linear<float> adapted(8, 4, {.seed = 1});
+  adapted.attach_adapter({.rank = 2, .seed = 3});
+  Linear<float> quantised(32, 4, {.seed = 2});
+  quantised.quantize(WeightFormat::int8);
+  const Linear<float> adapted_now(std::move(adapted));
+  const Linear<float> quantised_now(std::move(quantised));
+  EXPECT_TRUE(adapted_now.has_adapter());
+  EXPECT_TRUE(quantised_now.quantized());
+  for (Linear<float>* moved : {&adapted, &quantised}) {  // NOLINT(bugprone-use-after-move)
+    EXPECT_FALSE(moved->has_adapter());
+    EXPECT_FALSE(moved->quantized());
+    EXPECT_EQ(moved->in_features(), 0);
+    const Tensor<float, 2> x({3, 0});
+    EXPECT_EQ(moved->forward(x).shape(), (Shape<2>{3, 0}));
+    EXPECT_EQ(moved->weight_bytes(), 0);
+    std::ostringstream printed;
+    printed << *moved;
+    EXPECT_EQ(printed.str().find("lora"), std::string::npos);
+  }
 }
 
 }  // namespace test_lora

@@ -398,11 +398,11 @@ class Linear : public ParameterMethods<Linear<Scalar>> {
   /// What merge_adapter added to W, while merged.
   detail::Boxed<LoRAMerge<Scalar>> merge_;
   /// The adapter's calls while one is attached (layers/lora_adapter.hpp), else nullptr.
-  const detail::LinearModeCalls<Scalar>* adapter_calls_ = nullptr;
+  detail::ModeCalls<detail::LinearModeCalls<Scalar>> adapter_calls_;
   /// How forward reads W: dense, packed or quantised (linear/weight_storage.hpp).
   WeightStorage storage_;
   /// The product mode's calls while quantised or BitLinear, else nullptr (dense or packed).
-  const detail::LinearModeCalls<Scalar>* product_calls_ = nullptr;
+  detail::ModeCalls<detail::LinearModeCalls<Scalar>> product_calls_;
   std::uint64_t weight_generation_ = 0;
   bool bitlinear_ = false;
   void require_not_bitlinear(const char* op) const;
@@ -539,7 +539,8 @@ const Tensor<Scalar, 2>& Linear<Scalar>::dense(const char* op) const {
   if (released_) {
     throw Error(detail::concat("Linear::", op, ": the dense weight ", format_shape(released_shape_),
                                " was released (release_dense_weight); the layer keeps only its ",
-                               product_calls_->describe(*this), " weight, for inference"));
+                               quantized() ? product_calls_->describe(*this) : "quantised",
+                               " weight, for inference"));
   }
   return weight_;
 }

@@ -58,6 +58,27 @@ class Boxed {
   void (*destroy_)(T*) = nullptr;
 };
 
+/// A pointer to the calls of the mode a layer's boxes hold, which moves out with them: a
+/// moved-from layer's boxes are empty, so it must not keep calls that would reach into them.
+template <class Calls>
+class ModeCalls {
+ public:
+  ModeCalls() = default;
+  ModeCalls(const Calls* calls) : calls_(calls) {}  // NOLINT: assigned from &calls and nullptr
+  ModeCalls(const ModeCalls&) = default;
+  ModeCalls(ModeCalls&& other) noexcept : calls_(std::exchange(other.calls_, nullptr)) {}
+  ModeCalls& operator=(const ModeCalls&) = default;
+  ModeCalls& operator=(ModeCalls&& other) noexcept {
+    calls_ = std::exchange(other.calls_, nullptr);
+    return *this;
+  }
+  const Calls* operator->() const { return calls_; }
+  explicit operator bool() const { return calls_ != nullptr; }
+
+ private:
+  const Calls* calls_ = nullptr;
+};
+
 /// T, spelled so that it depends on D: a member of a class template whose parameter is a type the
 /// header only declares (LoRAOptions, QuantizedWeight) is then checked where it is called, not
 /// where the class is defined.
